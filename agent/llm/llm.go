@@ -1,0 +1,138 @@
+// Package llm is Switchboard's client for OpenAI-compatible chat completion
+// endpoints: streaming, tool calls assembled by index, reasoning content,
+// an idle-stream watchdog and retries (429 with Retry-After, 5xx, network
+// errors before the first token).
+//
+// The request and response types here are the runtime's own; the go-openai
+// wire types stay inside this package. A scripted, OpenAI-compatible test
+// server lives in [switchboard/agent/llm/llmtest].
+package llm
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Message roles.
+const (
+	RoleSystem    = "system"
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleTool      = "tool"
+)
+
+// Finish reasons as the API reports them.
+const (
+	FinishStop      = "stop"
+	FinishLength    = "length"
+	FinishToolCalls = "tool_calls"
+	FinishFilter    = "content_filter"
+)
+
+// ToolCall is one function call requested by the model.
+type ToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"` // raw JSON text as streamed; may be invalid
+}
+
+// ImagePart is an image attached to a user message.
+type ImagePart struct {
+	URL string `json:"url"` // http(s) URL or data: URL
+}
+
+// Message is one chat message of a request.
+type Message struct {
+	Role      string      `json:"role"`
+	Content   string      `json:"content,omitempty"`
+	Images    []ImagePart `json:"images,omitempty"` // user messages only
+	Reasoning string      `json:"reasoning,omitempty"`
+	ToolCalls []ToolCall  `json:"tool_calls,omitempty"` // assistant only
+	ToolID    string      `json:"tool_call_id,omitempty"`
+}
+
+// Tool is a function the model may call.
+type Tool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"` // JSON Schema object
+}
+
+// Request is one chat completion request.
+type Request struct {
+	Model       string // empty: the client's configured model
+	Messages    []Message
+	Tools       []Tool
+	MaxTokens   int      // 0: the client's configured max_tokens
+	Temperature *float32 // nil: the client's configured temperature
+}
+
+// Usage reports token counts (zero when the server sent none).
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// Response is a complete, assembled streamed response.
+type Response struct {
+	Text         string
+	Reasoning    string
+	ToolCalls    []ToolCall // in index order
+	FinishReason string
+	Usage        Usage
+}
+
+// Delta is an incremental piece of a streamed response, passed to the
+// caller's callback as it arrives.
+type Delta struct {
+	Text      string // new content text
+	Reasoning string // new reasoning text
+}
+
+// Config configures the client (YAML section "llm").
+type Config struct {
+	BaseURL        string        `yaml:"base_url"`
+	APIKey         string        `yaml:"api_key"`
+	Model          string        `yaml:"model"`
+	MaxTokens      int           `yaml:"max_tokens"`
+	Temperature    float32       `yaml:"temperature"`
+	ContextWindow  int           `yaml:"context_window"`
+	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// IdleTimeout aborts a stream that sends nothing for this long.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxRetries is the number of retries after the first attempt.
+	MaxRetries int `yaml:"max_retries"`
+}
+
+// Sentinel errors (wrapped; use errors.Is).
+var (
+	// ErrNotConfigured: no model endpoint is configured (no API key and no base URL).
+	ErrNotConfigured = errors.New("llm: no model configured")
+	// ErrIdle: the stream sent nothing for longer than IdleTimeout.
+	ErrIdle = errors.New("llm: stream idle")
+	// ErrTruncated: the stream ended without a finish reason.
+	ErrTruncated = errors.New("llm: stream ended without a finish reason")
+	// ErrContextOverflow: the request exceeded the model's context window.
+	ErrContextOverflow = errors.New("llm: context length exceeded")
+)
+
+// APIError is a non-retryable (or retries exhausted) error from the endpoint.
+type APIError struct {
+	Status     int           // HTTP status; 0 for a mid-stream error
+	Code       string        // provider code, e.g. "rate_limit_exceeded"
+	Message    string
+	RetryAfter time.Duration // from Retry-After, when the server sent one
+	Err        error         // the underlying error
+}
+
+func (e *APIError) Error() string {
+	if e.Code != "" {
+		return fmt.Sprintf("llm: status %d (%s): %s", e.Status, e.Code, e.Message)
+	}
+	return fmt.Sprintf("llm: status %d: %s", e.Status, e.Message)
+}
+
+func (e *APIError) Unwrap() error { return e.Err }

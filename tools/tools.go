@@ -1,0 +1,77 @@
+// Package tools defines the Tool contract and the Registry that the agent
+// executor calls. Built-in tools live one level down (tools/files, ...); the
+// registry is built explicitly in main — there is no init() registration.
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+)
+
+// Permission classes of a tool.
+const (
+	PermRead    = "read"
+	PermWrite   = "write"
+	PermExec    = "exec"
+	PermNetwork = "network"
+	PermMessage = "message"
+)
+
+// Session identifies who a tool call runs for. Tools take it from the Call,
+// never from globals.
+type Session struct {
+	Key     string // session key "<channel>/<chat>[/<thread>]"
+	Channel string
+	ChatID  string
+	UserID  string
+}
+
+// Call is one invocation of a tool.
+type Call struct {
+	ID      string          // the model's tool call id
+	Args    json.RawMessage // a JSON object, already repaired and validated as an object
+	Session Session
+}
+
+// File is a file a tool hands back for the user.
+type File struct {
+	Name string
+	MIME string
+	Data []byte
+}
+
+// Result is what a tool returns. Text is never empty in what reaches the
+// model: the registry replaces an empty text with "(no output)".
+type Result struct {
+	Text    string
+	IsError bool
+	Files   []File
+}
+
+// Tool is one capability offered to the model.
+//
+// Run must honour ctx (cancellation, deadline) and must be safe for
+// concurrent use when ParallelSafe reports true. Errors returned by Run are
+// given back to the model as "Error: ..." results; they never end the turn.
+type Tool interface {
+	Name() string
+	Description() string
+	// Schema is the JSON Schema (an object schema) of the arguments.
+	Schema() json.RawMessage
+	// Permission is one of the Perm* classes.
+	Permission() string
+	// ParallelSafe reports whether calls may run concurrently with others.
+	ParallelSafe() bool
+	Run(ctx context.Context, call Call) (Result, error)
+}
+
+// Sentinel errors (wrapped; use errors.Is).
+var (
+	// ErrUnknownTool: no tool with that name is registered.
+	ErrUnknownTool = errors.New("tools: unknown tool")
+	// ErrDuplicateTool: two tools with the same name were registered.
+	ErrDuplicateTool = errors.New("tools: duplicate tool name")
+	// ErrBadArgs: the arguments do not fit the tool's schema.
+	ErrBadArgs = errors.New("tools: invalid arguments")
+)
