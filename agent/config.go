@@ -20,6 +20,9 @@ type Config struct {
 	MaxContextTokens int `yaml:"max_context_tokens"`
 	// MaxContextTurns bounds the whole turns of history loaded per request.
 	MaxContextTurns int `yaml:"max_context_turns"`
+	// DeltaInterval is the minimum time between streamed deltas of a turn,
+	// and before the first one: a reply faster than this streams nothing.
+	DeltaInterval time.Duration `yaml:"delta_interval"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -31,6 +34,7 @@ func DefaultConfig() Config {
 		SessionIdle:        10 * time.Minute,
 		MaxContextTokens:   64000,
 		MaxContextTurns:    30,
+		DeltaInterval:      500 * time.Millisecond,
 	}
 }
 
@@ -54,6 +58,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxContextTurns < 1 {
 		errs = append(errs, fmt.Errorf("agent.max_context_turns: must be at least 1, got %d", c.MaxContextTurns))
+	}
+	if c.DeltaInterval < 10*time.Millisecond || c.DeltaInterval > time.Minute {
+		errs = append(errs, fmt.Errorf("agent.delta_interval: must be between 10ms and 1m, got %s", c.DeltaInterval))
 	}
 	return errors.Join(errs...)
 }

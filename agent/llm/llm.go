@@ -121,13 +121,14 @@ var (
 
 // APIError is a non-retryable (or retries exhausted) error from the endpoint.
 type APIError struct {
-	Status     int           // HTTP status; 0 for a mid-stream error
-	Code       string        // provider code, e.g. "rate_limit_exceeded"
+	Status     int    // HTTP status; 0 for a mid-stream error
+	Code       string // provider code, e.g. "rate_limit_exceeded"
 	Message    string
 	RetryAfter time.Duration // from Retry-After, when the server sent one
 	Err        error         // the underlying error
 }
 
+// Error describes the failure with its status, code and message.
 func (e *APIError) Error() string {
 	if e.Code != "" {
 		return fmt.Sprintf("llm: status %d (%s): %s", e.Status, e.Code, e.Message)
@@ -135,4 +136,6 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("llm: status %d: %s", e.Status, e.Message)
 }
 
+// Unwrap returns the underlying error (which wraps ErrContextOverflow for
+// a context overflow).
 func (e *APIError) Unwrap() error { return e.Err }

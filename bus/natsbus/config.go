@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"strconv"
 )
 
 // Config configures the bus (YAML section "bus").
@@ -32,8 +33,10 @@ var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
 func (c Config) Validate() error {
 	var errs []error
 	if c.Listen != "" && c.URL == "" {
-		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		if _, port, err := net.SplitHostPort(c.Listen); err != nil {
 			errs = append(errs, fmt.Errorf("bus.listen: must be host:port, got %q", c.Listen))
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			errs = append(errs, fmt.Errorf("bus.listen: port must be a number from 0 to 65535 (0 picks a free port), got %q", port))
 		}
 	}
 	if !prefixRE.MatchString(c.SubjectPrefix) {

@@ -1,0 +1,39 @@
+# Switchboard container image: a static binary on distroless, running as
+# the non-root user 65532.
+#
+#   docker build -t switchboard .
+#   docker run --rm -e OPENAI_API_KEY -p 127.0.0.1:9090:9090 -p 127.0.0.1:4222:4222 \
+#     -v switchboard-data:/var/lib/switchboard switchboard
+#
+# State (data_dir ./data and agent.workspace ./workspace, relative to the
+# working directory) lives in the volume /var/lib/switchboard. The shipped
+# config.yaml is at /etc/switchboard/config.yaml; mount your own folder there
+# to replace it. The bus and admin listeners bind 0.0.0.0 inside the
+# container through SWITCHBOARD_BUS_LISTEN and SWITCHBOARD_ADMIN_LISTEN,
+# which the shipped config.yaml reads (outside a container they default to
+# 127.0.0.1). The embedded NATS server has no authentication: publish 4222
+# only to hosts you trust.
+
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/switchboard ./cmd/switchboard
+# Folders the final stage copies with their owner, since distroless has no
+# shell to create them.
+RUN mkdir -p /out/state/data /out/state/workspace /out/etc \
+	&& cp config.yaml /out/etc/config.yaml
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/switchboard /usr/local/bin/switchboard
+COPY --from=build /out/etc/config.yaml /etc/switchboard/config.yaml
+COPY --from=build --chown=65532:65532 /out/state /var/lib/switchboard
+ENV SWITCHBOARD_BUS_LISTEN=0.0.0.0:4222 \
+	SWITCHBOARD_ADMIN_LISTEN=0.0.0.0:9090
+WORKDIR /var/lib/switchboard
+USER 65532:65532
+VOLUME ["/var/lib/switchboard", "/etc/switchboard"]
+# 4222: NATS clients (bridges, `switchboard chat`); 9090: GET /healthz, /readyz.
+EXPOSE 4222 9090
+ENTRYPOINT ["switchboard", "serve", "--config", "/etc/switchboard/config.yaml"]

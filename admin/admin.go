@@ -1,0 +1,261 @@
+// Package admin is Switchboard's operator HTTP server: liveness (GET
+// /healthz), readiness (GET /readyz) backed by a registry that the daemon's
+// components report into, and a mux that later features (metrics, debug
+// endpoints) mount handlers on.
+//
+// The server listens on admin.listen (default 127.0.0.1:9090); an empty
+// address turns it off while keeping the readiness registry usable.
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultListen is the default admin.listen address.
+const DefaultListen = "127.0.0.1:9090"
+
+// ShutdownTimeout bounds how long Run waits for in-flight requests after its
+// context is cancelled.
+const ShutdownTimeout = 5 * time.Second
+
+// reasonStarting is the reason of an expected component that has not
+// reported yet.
+const reasonStarting = "starting"
+
+// Config configures the admin server (YAML section "admin").
+type Config struct {
+	// Listen is the "host:port" the server binds; empty disables the
+	// server. Port 0 picks a free port (see [Server.Addr]).
+	Listen string `yaml:"listen"`
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{Listen: DefaultListen}
+}
+
+// Validate reports every problem, each naming its YAML key.
+func (c Config) Validate() error {
+	if c.Listen == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return fmt.Errorf("admin.listen: must be host:port such as 127.0.0.1:9090, or empty to disable, got %q", c.Listen)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("admin.listen: port must be a number between 0 and 65535, got %q", c.Listen)
+	}
+	return nil
+}
+
+// Server is the admin HTTP server and readiness registry.
+//
+// All methods are safe for concurrent use. Run may be called once.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+
+	mu      sync.Mutex
+	pending map[string]string // component → reason it is not ready; absent = ready
+	known   map[string]bool   // every component ever expected or reported
+
+	started   atomic.Bool
+	addr      atomic.Pointer[string]
+	listening chan struct{}
+}
+
+// New returns a server for cfg. It does no I/O; Run binds the listener. A
+// nil log discards. cfg is expected to have passed Validate; an invalid
+// address makes Run fail.
+func New(cfg Config, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		cfg:       cfg,
+		log:       log.With("component", "admin"),
+		mux:       http.NewServeMux(),
+		pending:   make(map[string]string),
+		known:     make(map[string]bool),
+		listening: make(chan struct{}),
+	}
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	return s
+}
+
+// Expect registers components that must report ready before /readyz
+// succeeds. Each starts not ready with the reason "starting", unless it has
+// already reported through SetReady.
+func (s *Server) Expect(components ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range components {
+		if s.known[c] {
+			continue
+		}
+		s.known[c] = true
+		s.pending[c] = reasonStarting
+	}
+}
+
+// SetReady records a component's state: a nil err means ready, a non-nil
+// err means not ready with err's text as the reason. A component that was
+// not expected is registered by its first report.
+func (s *Server) SetReady(component string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.known[component] = true
+	if err == nil {
+		delete(s.pending, component)
+		return
+	}
+	reason := err.Error()
+	if reason == "" {
+		reason = "not ready"
+	}
+	s.pending[component] = reason
+}
+
+// NotReady returns the components that are not ready, mapped to their
+// reasons; an empty map means the process is ready.
+func (s *Server) NotReady() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]string, len(s.pending))
+	for c, r := range s.pending {
+		out[c] = r
+	}
+	return out
+}
+
+// Handler returns the server's handler: /healthz, /readyz and everything
+// mounted with Handle.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Handle mounts h on the server's mux under pattern (http.ServeMux syntax,
+// e.g. "GET /metrics"). It panics, as http.ServeMux does, on a conflicting
+// pattern. It may be called before or while Run serves.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// Listening returns a channel that is closed once Run has bound its
+// listener, or at once when Run starts with the server disabled. Addr is
+// valid after it is closed.
+func (s *Server) Listening() <-chan struct{} { return s.listening }
+
+// Addr returns the bound address ("127.0.0.1:39113") once Listening is
+// closed; it is empty before that and when the server is disabled.
+func (s *Server) Addr() string {
+	if p := s.addr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// Run binds cfg.Listen and serves until ctx is cancelled, then shuts down
+// gracefully, waiting at most ShutdownTimeout for in-flight requests, and
+// returns nil. A listen error is returned at once; a serve error ends Run
+// with that error. With an empty cfg.Listen Run only waits for ctx. A ctx
+// cancelled before the listener is bound makes Run return nil without
+// listening (Listening is then never closed). Run blocks; every goroutine
+// it starts has returned when it returns.
+func (s *Server) Run(ctx context.Context) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("admin: Run called more than once")
+	}
+	if s.cfg.Listen == "" {
+		s.log.DebugContext(ctx, "admin server disabled")
+		close(s.listening)
+		<-ctx.Done()
+		return nil
+	}
+	if ctx.Err() != nil {
+		return nil // cancelled before it started: nothing to serve
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("admin: listen on %s: %w", s.cfg.Listen, err)
+	}
+	addr := ln.Addr().String()
+	s.addr.Store(&addr)
+	close(s.listening)
+	s.log.InfoContext(ctx, "admin server listening", "addr", addr)
+
+	srv := &http.Server{
+		Handler:           s.mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() { serveErr <- srv.Serve(ln) })
+
+	select {
+	case err := <-serveErr:
+		wg.Wait()
+		return fmt.Errorf("admin: serve on %s: %w", addr, err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		s.log.WarnContext(ctx, "admin server shutdown incomplete", "err", err)
+		_ = srv.Close()
+	}
+	wg.Wait()
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("admin: serve on %s: %w", addr, err)
+	}
+	s.log.InfoContext(ctx, "admin server stopped")
+	return nil
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	pending := s.NotReady()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if len(pending) == 0 {
+		_, _ = w.Write([]byte("ready\n"))
+		return
+	}
+	names := make([]string, 0, len(pending))
+	for c := range pending {
+		names = append(names, c)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("not ready\n")
+	for _, c := range names {
+		fmt.Fprintf(&b, "%s: %s\n", c, oneLine(pending[c]))
+	}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// oneLine keeps a reason on one line of the /readyz body.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}

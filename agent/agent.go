@@ -1,0 +1,55 @@
+// Package agent is Switchboard's agent runtime: the session manager (one
+// goroutine per active chat session, in-order turns within a session,
+// concurrency across sessions), the executor (the tool-calling model loop of
+// one turn) and the system prompt builder.
+//
+// The runtime knows nothing about Telegram or Slack: it consumes inbound
+// envelopes from the bus and publishes outbound ones (DESIGN.md §3–6). Its
+// dependencies are the small interfaces below, satisfied in main by
+// natsbus.Bus, llm.Client, boltstore.Store, tools.Registry and
+// workspace.Workspace, and in tests by fakes.
+package agent
+
+import (
+	"context"
+
+	"switchboard/agent/llm"
+	"switchboard/bus"
+	"switchboard/tools"
+	"switchboard/workspace"
+)
+
+// Model streams one chat completion. Implementations are safe for concurrent
+// use; onDelta is called from the calling goroutine, in order.
+type Model interface {
+	Stream(ctx context.Context, req llm.Request, onDelta func(llm.Delta)) (*llm.Response, error)
+}
+
+// Publisher sends messages on the bus. Safe for concurrent use.
+type Publisher interface {
+	// Publish sends data durably (JetStream) with the given Nats-Msg-Id and
+	// blocks until the bus acknowledged it.
+	Publish(ctx context.Context, subject string, data []byte, msgID string) error
+	// PublishCore sends data best-effort without waiting.
+	PublishCore(subject string, data []byte) error
+}
+
+// Source delivers inbound messages. Consume calls handler from one goroutine
+// in delivery order and blocks until ctx is cancelled.
+type Source interface {
+	Consume(ctx context.Context, handler func(bus.Delivery)) error
+}
+
+// Toolbox is the set of tools offered to the model. Run never returns an
+// empty text and never panics (tools.Registry guarantees both).
+type Toolbox interface {
+	List() []tools.Tool
+	Run(ctx context.Context, name string, call tools.Call) tools.Result
+}
+
+// PromptFiles supplies the workspace's prompt files, re-read only when they
+// changed. Safe for concurrent use.
+type PromptFiles interface {
+	PromptFiles() ([]workspace.PromptFile, error)
+	Dir() string
+}

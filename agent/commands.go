@@ -1,0 +1,59 @@
+package agent
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Command names.
+const (
+	cmdNone   = ""
+	cmdNew    = "new"
+	cmdStop   = "stop"
+	cmdHelp   = "help"
+	cmdStatus = "status"
+)
+
+const helpText = "Commands:\n" +
+	"/new — start a fresh conversation (history stays on disk, memory is kept)\n" +
+	"/stop — stop the request that is running now\n" +
+	"/status — show this chat's session state\n" +
+	"/help — this list\n" +
+	"Anything else goes to the assistant."
+
+type command struct {
+	name string
+	arg  string
+}
+
+// parseCommand recognises the runtime's commands: "/name" or "/name@bot",
+// optionally followed by an argument. Any other text, including unknown
+// slash words, is not a command and goes to the model.
+func parseCommand(text string) command {
+	t := strings.TrimSpace(text)
+	if !strings.HasPrefix(t, "/") {
+		return command{}
+	}
+	word, arg, _ := strings.Cut(t[1:], " ")
+	word, _, _ = strings.Cut(word, "@")
+	word = strings.ToLower(word)
+	switch word {
+	case cmdNew, cmdStop, cmdHelp, cmdStatus:
+		return command{name: word, arg: strings.TrimSpace(arg)}
+	}
+	return command{}
+}
+
+// status describes the session for /status. Called from the session goroutine.
+func (s *session) status() string {
+	m := s.m
+	turns := len(turnStarts(s.history))
+	model := m.opt.ModelName
+	if model == "" {
+		model = "(unknown)"
+	}
+	return fmt.Sprintf("Session: %s\nTurns in context: %d (max %d)\nMessages waiting: %d\nModel: %s\nActive sessions: %d\nTurns answered since start: %d\nUp for: %s",
+		s.key, turns, m.cfg.MaxContextTurns, s.queued(), model, m.ActiveSessions(), m.turns.Load(),
+		m.opt.Now().Sub(m.start).Round(time.Second))
+}

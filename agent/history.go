@@ -1,0 +1,246 @@
+package agent
+
+import (
+	"encoding/json"
+	"strings"
+	"unicode/utf8"
+
+	"switchboard/agent/llm"
+	"switchboard/memory"
+)
+
+// Placeholder texts that keep the OpenAI API's invariants: a tool message
+// always has content and every tool call has a result.
+const (
+	emptyToolResult   = "(no output)"
+	missingToolResult = "Error: the tool result was lost (the turn was interrupted before the tool finished)."
+)
+
+// sanitize returns a copy of msgs in which every assistant tool_use block is
+// followed, in the very next message, by exactly one tool_result per call in
+// the same order, and no tool_result is orphaned. It repairs rather than
+// rejects: missing results are synthesised as errors, results that answer no
+// call are dropped, tool messages out of place are re-attached or dropped,
+// and tool_use blocks without id or name are removed. The input is not
+// modified.
+func sanitize(msgs []memory.Message) []memory.Message {
+	out := make([]memory.Message, 0, len(msgs))
+	for i := 0; i < len(msgs); i++ {
+		m := msgs[i]
+		switch m.Role {
+		case memory.RoleTool:
+			// A tool message not consumed right after its assistant message is
+			// an orphan: drop it.
+			continue
+		case memory.RoleAssistant:
+			var uses []memory.Block
+			blocks := make([]memory.Block, 0, len(m.Blocks))
+			seen := map[string]bool{}
+			for _, b := range m.Blocks {
+				if b.Type == memory.BlockToolUse {
+					if b.ToolID == "" || b.ToolName == "" || seen[b.ToolID] {
+						continue
+					}
+					seen[b.ToolID] = true
+					uses = append(uses, b)
+				}
+				if b.Type == memory.BlockToolResult {
+					continue
+				}
+				blocks = append(blocks, b)
+			}
+			m.Blocks = blocks
+			if len(uses) == 0 {
+				if len(m.Blocks) > 0 {
+					out = append(out, m)
+				}
+				continue
+			}
+			out = append(out, m)
+			// Collect the results that follow (possibly spread over several
+			// tool messages), then emit them in call order.
+			results := map[string]memory.Block{}
+			j := i + 1
+			for ; j < len(msgs) && msgs[j].Role == memory.RoleTool; j++ {
+				for _, b := range msgs[j].Blocks {
+					if b.Type == memory.BlockToolResult && seen[b.ToolID] {
+						if _, dup := results[b.ToolID]; !dup {
+							results[b.ToolID] = b
+						}
+					}
+				}
+			}
+			i = j - 1
+			res := memory.Message{Role: memory.RoleTool, Time: m.Time}
+			for _, u := range uses {
+				r, ok := results[u.ToolID]
+				if !ok {
+					r = memory.Block{Type: memory.BlockToolResult, ToolID: u.ToolID, Text: missingToolResult, IsError: true}
+				}
+				if r.Text == "" {
+					r.Text = emptyToolResult
+				}
+				res.Blocks = append(res.Blocks, r)
+			}
+			out = append(out, res)
+		default:
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// toLLM converts sanitised history into request messages.
+func toLLM(msgs []memory.Message) []llm.Message {
+	out := make([]llm.Message, 0, len(msgs)+4)
+	for _, m := range msgs {
+		switch m.Role {
+		case memory.RoleUser:
+			lm := llm.Message{Role: llm.RoleUser}
+			var sb strings.Builder
+			for _, b := range m.Blocks {
+				switch b.Type {
+				case memory.BlockText:
+					if sb.Len() > 0 {
+						sb.WriteString("\n")
+					}
+					sb.WriteString(b.Text)
+				case memory.BlockImage:
+					u := b.URL
+					if u == "" && b.Data != "" {
+						u = "data:" + b.MIME + ";base64," + b.Data
+					}
+					if u != "" {
+						lm.Images = append(lm.Images, llm.ImagePart{URL: u})
+					}
+				}
+			}
+			lm.Content = sb.String()
+			out = append(out, lm)
+		case memory.RoleAssistant:
+			lm := llm.Message{Role: llm.RoleAssistant}
+			for _, b := range m.Blocks {
+				switch b.Type {
+				case memory.BlockText:
+					lm.Content += b.Text
+				case memory.BlockThinking:
+					lm.Reasoning += b.Text
+				case memory.BlockToolUse:
+					args := string(b.Input)
+					if args == "" {
+						args = "{}"
+					}
+					lm.ToolCalls = append(lm.ToolCalls, llm.ToolCall{ID: b.ToolID, Name: b.ToolName, Arguments: args})
+				}
+			}
+			out = append(out, lm)
+		case memory.RoleTool:
+			for _, b := range m.Blocks {
+				text := b.Text
+				if text == "" {
+					text = emptyToolResult
+				}
+				out = append(out, llm.Message{Role: llm.RoleTool, ToolID: b.ToolID, Content: text})
+			}
+		}
+	}
+	return out
+}
+
+// estimateTokens is a cheap token estimate (no tokenizer): ASCII runes count
+// a quarter token, other runes one and a half, plus a constant per message
+// and per block kind.
+func estimateTokens(m *memory.Message) int {
+	n := 4
+	for _, b := range m.Blocks {
+		switch b.Type {
+		case memory.BlockImage:
+			n += 1200
+		case memory.BlockToolUse:
+			n += 50 + textTokens(string(b.Input)) + textTokens(b.ToolName)
+		case memory.BlockToolResult:
+			n += 30 + textTokens(b.Text)
+		default:
+			n += textTokens(b.Text)
+		}
+	}
+	return n
+}
+
+func textTokens(s string) int {
+	ascii, other := 0, 0
+	for i := 0; i < len(s); {
+		if s[i] < utf8.RuneSelf {
+			ascii++
+			i++
+			continue
+		}
+		_, w := utf8.DecodeRuneInString(s[i:])
+		i += w
+		other++
+	}
+	return ascii/4 + other*3/2 + 1
+}
+
+// turnStarts returns the indexes of messages that open a turn.
+func turnStarts(msgs []memory.Message) []int {
+	var idx []int
+	for i, m := range msgs {
+		if m.TurnStart {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+// trimTurns drops the oldest whole turns until at most maxTurns remain and the
+// estimated tokens fit budget. The newest turn is always kept, whatever its
+// size. Messages before the first turn start (left over from an older layout
+// or a compaction) are dropped with the first trim.
+func trimTurns(msgs []memory.Message, maxTurns, budget int) []memory.Message {
+	starts := turnStarts(msgs)
+	if len(starts) == 0 {
+		return msgs
+	}
+	total := 0
+	for i := range msgs {
+		total += estimateTokens(&msgs[i])
+	}
+	first := 0 // index into starts of the first kept turn
+	cut := 0   // index into msgs of the first kept message
+	for first < len(starts)-1 && (len(starts)-first > maxTurns || total > budget) {
+		next := starts[first+1]
+		for i := cut; i < next; i++ {
+			total -= estimateTokens(&msgs[i])
+		}
+		cut = next
+		first++
+	}
+	return msgs[cut:]
+}
+
+// normaliseArgs turns model-produced tool arguments into a JSON object. It
+// returns the object and "" on success, or nil and a reason for the model.
+func normaliseArgs(raw string, finish string) (json.RawMessage, string) {
+	s := strings.TrimSpace(raw)
+	if s == "" {
+		if finish == llm.FinishLength {
+			return nil, "the tool call was cut off by the output token limit before its arguments were written; send less in one call"
+		}
+		return json.RawMessage("{}"), ""
+	}
+	if json.Valid([]byte(s)) {
+		if s[0] != '{' {
+			return nil, "tool arguments must be a JSON object"
+		}
+		return json.RawMessage(s), ""
+	}
+	if finish == llm.FinishLength || !strings.HasSuffix(s, "}") {
+		return nil, "the tool call was cut off (its arguments end mid-JSON); repeating the same call will be cut off again — send less in one call"
+	}
+	repaired, ok := repairJSON(s)
+	if !ok {
+		return nil, "invalid JSON in tool arguments"
+	}
+	return repaired, ""
+}

@@ -1,0 +1,279 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+)
+
+// Client streams chat completions from an OpenAI-compatible endpoint. It is
+// immutable after New and safe for concurrent use.
+type Client struct {
+	cfg     Config
+	log     *slog.Logger
+	api     *openai.Client
+	http    *http.Client
+	backoff func(attempt int) time.Duration
+	sleep   func(ctx context.Context, d time.Duration) error
+	now     func() time.Time
+}
+
+// Option customises a Client.
+type Option func(*Client)
+
+// WithHTTPClient makes the client send its requests with hc instead of a
+// client of its own. The caller keeps ownership of hc; do not set
+// hc.Timeout (it would cut long streams; the client applies
+// Config.RequestTimeout and Config.IdleTimeout itself). A nil hc is ignored.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *Client) {
+		if hc != nil {
+			c.http = hc
+		}
+	}
+}
+
+// WithBackoff replaces the wait before retry number attempt (1 for the
+// first retry). The default doubles from 1 s up to 30 s, with jitter. A
+// Retry-After sent by the server takes precedence. A nil f is ignored.
+func WithBackoff(f func(attempt int) time.Duration) Option {
+	return func(c *Client) {
+		if f != nil {
+			c.backoff = f
+		}
+	}
+}
+
+// WithSleep replaces how the client waits between attempts (tests record
+// the waits instead of sleeping). f must return ctx's error, wrapped or
+// not, when ctx ends first. A nil f is ignored.
+func WithSleep(f func(ctx context.Context, d time.Duration) error) Option {
+	return func(c *Client) {
+		if f != nil {
+			c.sleep = f
+		}
+	}
+}
+
+// DefaultBackoff is the default wait before retry number attempt (1-based):
+// 1 s doubling up to 30 s, each wait drawn uniformly from its upper half.
+func DefaultBackoff(attempt int) time.Duration {
+	if attempt < 1 {
+		attempt = 1
+	}
+	d := 30 * time.Second
+	if attempt <= 5 {
+		d = min(d, time.Second<<(attempt-1))
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleepCtx waits for d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// New returns a client for cfg. It does no I/O. A configuration that is not
+// Configured is accepted: every call then fails with ErrNotConfigured, so
+// the daemon can run and tell users a model is missing. cfg is checked for
+// values the client cannot work with (the YAML-level bounds are
+// Config.Validate's job); an empty BaseURL means DefaultBaseURL. A nil log
+// discards.
+func New(cfg Config, log *slog.Logger, opts ...Option) (*Client, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultBaseURL
+	}
+	var errs []error
+	if u, err := url.Parse(cfg.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("llm.base_url: must be an http(s) URL such as http://localhost:11434/v1, got %q", cfg.BaseURL))
+	}
+	if cfg.Model == "" {
+		errs = append(errs, errors.New("llm.model: must not be empty"))
+	}
+	if cfg.MaxTokens < 1 {
+		errs = append(errs, fmt.Errorf("llm.max_tokens: must be at least 1, got %d", cfg.MaxTokens))
+	}
+	if cfg.Temperature < 0 || cfg.Temperature > 2 {
+		errs = append(errs, fmt.Errorf("llm.temperature: must be between 0 and 2, got %g", cfg.Temperature))
+	}
+	if cfg.RequestTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("llm.request_timeout: must be positive, got %s", cfg.RequestTimeout))
+	}
+	if cfg.IdleTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("llm.idle_timeout: must be positive, got %s", cfg.IdleTimeout))
+	}
+	if cfg.MaxRetries < 0 {
+		errs = append(errs, fmt.Errorf("llm.max_retries: must not be negative, got %d", cfg.MaxRetries))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("llm: config: %w", err)
+	}
+	c := &Client{
+		cfg:     cfg,
+		log:     log.With("component", "llm"),
+		backoff: DefaultBackoff,
+		sleep:   sleepCtx,
+		now:     time.Now,
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.http == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		c.http = &http.Client{Transport: tr}
+	}
+	oc := openai.DefaultConfig(cfg.APIKey)
+	oc.BaseURL = cfg.BaseURL
+	oc.HTTPClient = capturingDoer{next: c.http}
+	// go-openai fails a stream after 300 consecutive non-data lines; SSE
+	// keep-alive comments of proxies (two lines each) reach that within
+	// minutes of a slow start. The idle and request timeouts bound a
+	// stream instead.
+	oc.EmptyMessagesLimit = 1 << 20
+	c.api = openai.NewClientWithConfig(oc)
+	return c, nil
+}
+
+// Model returns the configured model name.
+func (c *Client) Model() string { return c.cfg.Model }
+
+// CloseIdleConnections closes idle keep-alive connections of the HTTP
+// client in use (also one passed with WithHTTPClient). Safe to call at any
+// time; in-flight streams are not affected.
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+
+// Stream sends req as a streaming chat completion and returns the assembled
+// response: text, reasoning, tool calls (assembled by index, in index order;
+// they are authoritative whatever the finish reason says), finish reason
+// and usage. It blocks until the stream ends, ctx ends or the call fails.
+//
+// onDelta, when not nil, is called synchronously from Stream's goroutine,
+// in stream order, for every piece of new text or reasoning; it must not
+// block for long (it holds up reading and counts toward the idle timeout).
+//
+// Each attempt is bounded by Config.RequestTimeout, and aborted with
+// ErrIdle when no byte arrives for Config.IdleTimeout (waiting for the
+// response headers included). Failed attempts (429
+// honouring Retry-After up to one minute, 408, 5xx, network errors,
+// ErrIdle, ErrTruncated) are retried up to Config.MaxRetries times — but
+// only while onDelta has not been called yet; after that the error is
+// returned and the caller decides.
+//
+// Errors: ErrNotConfigured (no I/O happens), ErrContextOverflow (wrapped in
+// an *APIError when the server answered; never retried), *APIError for
+// non-2xx answers and mid-stream errors (Status 0), ErrIdle, ErrTruncated,
+// and ctx's error when ctx ends. All are wrapped: use errors.Is/As. On
+// error the returned Response is nil, except after onDelta was called: then
+// it holds what was assembled before the failure.
+func (c *Client) Stream(ctx context.Context, req Request, onDelta func(Delta)) (*Response, error) {
+	if !c.cfg.Configured() {
+		return nil, fmt.Errorf("llm: stream: %w", ErrNotConfigured)
+	}
+	wire, err := buildRequest(c.cfg, req)
+	if err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		resp, emitted, ae := c.attempt(ctx, wire, onDelta)
+		if ae.err == nil {
+			return resp, nil
+		}
+		if emitted {
+			return resp, ae.err
+		}
+		if !ae.retryable || attempt >= c.cfg.MaxRetries {
+			if attempt > 0 {
+				return nil, fmt.Errorf("llm: giving up after %d attempts: %w", attempt+1, ae.err)
+			}
+			return nil, ae.err
+		}
+		wait := ae.wait
+		if wait <= 0 {
+			wait = c.backoff(attempt + 1)
+		}
+		c.log.WarnContext(ctx, "llm call failed; retrying",
+			"model", wire.Model, "attempt", attempt+1, "max_retries", c.cfg.MaxRetries,
+			"wait", wait, "err", ae.err)
+		if err := c.sleep(ctx, wait); err != nil {
+			return nil, fmt.Errorf("llm: waiting to retry: %w", err)
+		}
+	}
+}
+
+// attempt runs one request. emitted reports whether onDelta was called.
+func (c *Client) attempt(ctx context.Context, wire openai.ChatCompletionRequest, onDelta func(Delta)) (resp *Response, emitted bool, ae attemptError) {
+	actx, cancelTimeout := context.WithTimeoutCause(ctx, c.cfg.RequestTimeout, errAttemptTimeout)
+	defer cancelTimeout()
+	actx, cancel := context.WithCancelCause(actx)
+	defer cancel(nil)
+	// The watchdog is fed by every byte of the response (so SSE keep-alive
+	// comments of proxies count as life), and by every chunk.
+	idle := time.AfterFunc(c.cfg.IdleTimeout, func() { cancel(ErrIdle) })
+	defer idle.Stop()
+	capt := &capture{activity: func() { idle.Reset(c.cfg.IdleTimeout) }}
+	actx = context.WithValue(actx, captureKey{}, capt)
+
+	fail := func(err error) attemptError {
+		return classify(ctx, actx, err, capt, c.now(), c.cfg.IdleTimeout, c.cfg.RequestTimeout)
+	}
+	stream, err := c.api.CreateChatCompletionStream(actx, wire)
+	if err != nil {
+		return nil, false, fail(err)
+	}
+	defer stream.Close()
+
+	asm := newAssembler()
+	for {
+		chunk, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) && actx.Err() == nil {
+				if asm.finish == "" {
+					err = fmt.Errorf("llm: stream of %q ended after %d bytes of text and %d tool calls: %w",
+						wire.Model, asm.text.Len(), len(asm.calls), ErrTruncated)
+					return partial(asm, emitted), emitted, fail(err)
+				}
+				return asm.response(), emitted, attemptError{}
+			}
+			return partial(asm, emitted), emitted, fail(err)
+		}
+		idle.Reset(c.cfg.IdleTimeout)
+		d := asm.add(&chunk)
+		if onDelta != nil && (d.Text != "" || d.Reasoning != "") {
+			emitted = true
+			onDelta(d)
+		}
+	}
+}
+
+// partial returns the assembled response when deltas were emitted (the
+// caller may want what it already showed), nil otherwise. Its finish reason
+// is the one the server sent, if any.
+func partial(asm *assembler, emitted bool) *Response {
+	if !emitted {
+		return nil
+	}
+	r := asm.response()
+	r.FinishReason = asm.finish
+	return r
+}

@@ -1,0 +1,125 @@
+package llm
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	openai "github.com/sashabaranov/go-openai"
+)
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		in   string
+		want time.Duration
+	}{
+		{"", 0},
+		{"3", 3 * time.Second},
+		{" 120 ", 2 * time.Minute},
+		{"1.5", 1500 * time.Millisecond},
+		{"0", 0},
+		{"-4", 0},
+		{"soon", 0},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
+		{now.Add(-time.Minute).Format(http.TimeFormat), 0},
+		{"Sun, 01 Mar 2026 12:00:30 GMT", 30 * time.Second},
+	}
+	for _, tt := range tests {
+		if got := parseRetryAfter(tt.in, now); got != tt.want {
+			t.Errorf("parseRetryAfter(%q) = %s, want %s", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestDefaultBackoff(t *testing.T) {
+	for attempt := 0; attempt <= 40; attempt++ {
+		ceiling := 30 * time.Second
+		if a := max(attempt, 1); a <= 5 {
+			ceiling = time.Second << (a - 1)
+		}
+		for range 20 {
+			if d := DefaultBackoff(attempt); d < ceiling/2 || d > ceiling {
+				t.Fatalf("DefaultBackoff(%d) = %s, want within [%s, %s]", attempt, d, ceiling/2, ceiling)
+			}
+		}
+	}
+}
+
+func TestIsOverflow(t *testing.T) {
+	yes := []string{
+		"context_length_exceeded",
+		"exceed_context_size_error",
+		"This model's maximum context length is 8192 tokens.",
+		"the request exceeds the available context size, try increasing it",
+		"prompt is too long: 210000 tokens > 200000 maximum",
+	}
+	for _, s := range yes {
+		if !isOverflow("", s) {
+			t.Errorf("isOverflow(%q) = false", s)
+		}
+	}
+	for _, s := range []string{"", "rate_limit_exceeded", "invalid temperature", "model not found"} {
+		if isOverflow(s) {
+			t.Errorf("isOverflow(%q) = true", s)
+		}
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	long := strings.Repeat("é", maxErrorMessage)
+	got := truncate(long)
+	if len(got) > maxErrorMessage+len("…") || !utf8.ValidString(got) || !strings.HasSuffix(got, "…") {
+		t.Errorf("truncate = %d bytes, valid %v", len(got), utf8.ValidString(got))
+	}
+	if truncate("short") != "short" {
+		t.Error("truncate changed a short string")
+	}
+}
+
+func TestAPIErrorFallbacks(t *testing.T) {
+	if apiError(errors.New("dial tcp: refused"), 0, 0) != nil {
+		t.Error("a network error became an APIError")
+	}
+	ae := apiError(errors.New("error, reading response body: unexpected EOF"), 502, time.Second)
+	if ae == nil || ae.Status != 502 || ae.RetryAfter != time.Second || !strings.Contains(ae.Message, "unexpected EOF") {
+		t.Errorf("unreadable error body: %+v", ae)
+	}
+	mid := apiError(&openai.APIError{Message: "x", Code: 500.0}, 200, time.Second)
+	if mid.Status != 0 || mid.RetryAfter != 0 || mid.Code != "500" {
+		t.Errorf("mid-stream error: %+v", mid)
+	}
+	if s := (&APIError{Status: 500, Message: "m"}).Error(); s != "llm: status 500: m" {
+		t.Errorf("Error() = %q", s)
+	}
+}
+
+func intp(i int) *int { return &i }
+
+func TestAssemblerNameAndOrder(t *testing.T) {
+	a := newAssembler()
+	add := func(tcs ...openai.ToolCall) {
+		a.add(&openai.ChatCompletionStreamResponse{Choices: []openai.ChatCompletionStreamChoice{{Delta: openai.ChatCompletionStreamChoiceDelta{ToolCalls: tcs}}}})
+	}
+	add(openai.ToolCall{Index: intp(2), ID: "c", Function: openai.FunctionCall{Name: "ca"}})
+	add(openai.ToolCall{Index: intp(0), ID: "a", Function: openai.FunctionCall{Name: "li"}})
+	add(openai.ToolCall{Index: intp(0), Function: openai.FunctionCall{Name: "st", Arguments: "{}"}})
+	add(openai.ToolCall{Index: intp(2), Function: openai.FunctionCall{Name: "call", Arguments: "[]"}})
+	add(openai.ToolCall{Function: openai.FunctionCall{Arguments: "!"}}) // no index: continues the latest call
+	add(openai.ToolCall{ID: "d", Function: openai.FunctionCall{Name: "d"}})
+	// A choice other than 0 is ignored.
+	a.add(&openai.ChatCompletionStreamResponse{Choices: []openai.ChatCompletionStreamChoice{{Index: 1, Delta: openai.ChatCompletionStreamChoiceDelta{Content: "ignored"}}}})
+	r := a.response()
+	want := []ToolCall{{ID: "a", Name: "list", Arguments: "{}"}, {ID: "c", Name: "call", Arguments: "[]!"}, {ID: "d", Name: "d"}}
+	if len(r.ToolCalls) != len(want) || r.Text != "" {
+		t.Fatalf("calls = %+v text %q", r.ToolCalls, r.Text)
+	}
+	for i := range want {
+		if r.ToolCalls[i] != want[i] {
+			t.Errorf("call %d = %+v, want %+v", i, r.ToolCalls[i], want[i])
+		}
+	}
+}

@@ -1,0 +1,341 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nuid"
+
+	"switchboard/bus"
+	"switchboard/memory"
+)
+
+// Defaults of the manager's timing knobs.
+const (
+	defaultHeartbeat    = 10 * time.Second
+	maxQueuedPerSession = 256
+	commitTimeout       = 30 * time.Second
+)
+
+// Deps are the manager's collaborators. All are required except Tools.
+type Deps struct {
+	Source    Source
+	Publisher Publisher
+	Store     memory.Store
+	Model     Model
+	Tools     Toolbox
+	Prompts   PromptFiles
+	Log       *slog.Logger
+}
+
+// Options are the manager's settings beyond Config.
+type Options struct {
+	Subjects     bus.Subjects
+	MaxTextBytes int
+	ModelName    string
+	// Heartbeat is how often queued and running messages are marked in
+	// progress on the bus so they are not redelivered (must be well under
+	// the consumer's AckWait).
+	Heartbeat time.Duration
+	// Now returns the current time (tests inject a fixed clock).
+	Now func() time.Time
+}
+
+// Manager runs the sessions: it consumes inbound messages, rejects invalid
+// ones to the DLQ, routes valid ones to one goroutine per session (in order
+// within a session, concurrently across sessions up to
+// Config.MaxConcurrentTurns), answers commands, and acknowledges a message
+// only once its final outbound message is persisted and published.
+//
+// Create it with NewManager and call Run once.
+type Manager struct {
+	cfg   Config
+	opt   Options
+	deps  Deps
+	exec  *Executor
+	log   *slog.Logger
+	sem   chan struct{}
+	start time.Time
+
+	mu       sync.Mutex // guards sessions, pending; taken before session.mu
+	sessions map[string]*session
+	pending  map[bus.Delivery]struct{}
+
+	wg    sync.WaitGroup
+	turns atomic.Int64
+}
+
+// NewManager validates its arguments and returns a manager. It does no I/O.
+func NewManager(cfg Config, opt Options, deps Deps) (*Manager, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	if deps.Source == nil || deps.Publisher == nil || deps.Store == nil || deps.Model == nil || deps.Prompts == nil {
+		return nil, errors.New("agent: NewManager: Source, Publisher, Store, Model and Prompts are required")
+	}
+	if opt.Subjects.Prefix == "" {
+		opt.Subjects.Prefix = "chat"
+	}
+	if opt.MaxTextBytes <= 0 {
+		opt.MaxTextBytes = 65536
+	}
+	if opt.Heartbeat <= 0 {
+		opt.Heartbeat = defaultHeartbeat
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	log := deps.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{
+		cfg:      cfg,
+		opt:      opt,
+		deps:     deps,
+		exec:     NewExecutor(deps.Model, deps.Tools, opt.ModelName, cfg.MaxSteps, log),
+		log:      log.With("component", "agent"),
+		sem:      make(chan struct{}, cfg.MaxConcurrentTurns),
+		start:    opt.Now(),
+		sessions: map[string]*session{},
+		pending:  map[bus.Delivery]struct{}{},
+	}, nil
+}
+
+// Run consumes until ctx is cancelled, then cancels running turns (they are
+// neither committed nor acknowledged, so the bus redelivers them after a
+// restart), waits for every session goroutine and returns. It returns the
+// source's error if consuming fails.
+func (m *Manager) Run(ctx context.Context) error {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	m.wg.Go(func() { m.heartbeat(runCtx) })
+	err := m.deps.Source.Consume(runCtx, func(d bus.Delivery) { m.dispatch(runCtx, d) })
+	cancel()
+	m.wg.Wait()
+	if err != nil {
+		return fmt.Errorf("agent: consume: %w", err)
+	}
+	return nil
+}
+
+// ActiveSessions returns the number of live session goroutines.
+func (m *Manager) ActiveSessions() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.sessions)
+}
+
+// dispatch is called by the source, one message at a time; it never blocks
+// on a turn.
+func (m *Manager) dispatch(ctx context.Context, d bus.Delivery) {
+	in, err := bus.ParseInbound(m.opt.Subjects, d.Subject(), d.Data(), m.opt.MaxTextBytes)
+	if err != nil {
+		m.reject(ctx, d, err)
+		return
+	}
+	m.mu.Lock()
+	m.pending[d] = struct{}{}
+	key := in.SessionKey()
+	cmd := parseCommand(in.Text)
+	if cmd.name == cmdStop {
+		s := m.sessions[key]
+		m.mu.Unlock()
+		m.wg.Go(func() { m.handleStop(ctx, s, in, d) })
+		return
+	}
+	s := m.sessions[key]
+	if s == nil {
+		s = newSession(m, key)
+		m.sessions[key] = s
+		m.wg.Go(func() { s.run(ctx) })
+	}
+	ok := s.enqueue(item{in: in, d: d})
+	m.mu.Unlock()
+	if !ok {
+		m.wg.Go(func() {
+			m.finishSimple(ctx, in, d, bus.KindError,
+				fmt.Sprintf("Too many messages are waiting in this chat (%d). This one was not processed; please wait for the answers and send it again.", maxQueuedPerSession), false)
+		})
+	}
+}
+
+// reject sends an invalid message to the DLQ and removes it from the stream.
+// Garbage never stops the daemon and never reaches the model.
+func (m *Manager) reject(ctx context.Context, d bus.Delivery, reason error) {
+	channel := "_invalid"
+	if ch, _, err := m.opt.Subjects.ParseIn(d.Subject()); err == nil && bus.ValidChannel(ch) {
+		channel = ch
+	}
+	rec := bus.NewDLQRecord(d.Subject(), d.Data(), reason, m.opt.Now().UTC())
+	data, err := json.Marshal(rec)
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = m.deps.Publisher.Publish(pctx, m.opt.Subjects.DLQ(channel), data, "")
+		cancel()
+	}
+	if err != nil {
+		m.log.Error("dead-letter publish failed; dropping invalid message", "subject", d.Subject(), "reason", reason, "err", err)
+	} else {
+		m.log.Warn("invalid inbound message sent to the DLQ", "subject", d.Subject(), "reason", reason)
+	}
+	if err := d.Term(); err != nil {
+		m.log.Warn("term failed", "subject", d.Subject(), "err", err)
+	}
+}
+
+// heartbeat marks every tracked message in progress so the bus does not
+// redeliver messages that wait in a session queue or run a long turn.
+func (m *Manager) heartbeat(ctx context.Context) {
+	t := time.NewTicker(m.opt.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		m.mu.Lock()
+		ds := make([]bus.Delivery, 0, len(m.pending))
+		for d := range m.pending {
+			ds = append(ds, d)
+		}
+		m.mu.Unlock()
+		for _, d := range ds {
+			if err := d.InProgress(); err != nil {
+				m.log.Debug("in-progress failed", "subject", d.Subject(), "err", err)
+			}
+		}
+	}
+}
+
+// done acknowledges d and stops tracking it.
+func (m *Manager) done(d bus.Delivery) {
+	m.mu.Lock()
+	delete(m.pending, d)
+	m.mu.Unlock()
+	if err := d.Ack(); err != nil {
+		m.log.Warn("ack failed; the message may be redelivered and will be answered from its receipt", "subject", d.Subject(), "err", err)
+	}
+}
+
+// untrack stops tracking d without acknowledging it: it will be redelivered.
+func (m *Manager) untrack(d bus.Delivery) {
+	m.mu.Lock()
+	delete(m.pending, d)
+	m.mu.Unlock()
+}
+
+// newOutbound starts an outbound envelope answering in.
+func newOutbound(in *bus.Inbound, kind, text string, seq int, final bool) bus.Outbound {
+	o := bus.ReplyTo(in)
+	o.ID = nuid.Next()
+	o.Kind, o.Text, o.Seq, o.Final = kind, text, seq, final
+	return o
+}
+
+// deliverFinal persists the receipt (with the turn's messages) and then
+// publishes the final envelope and acknowledges d. If the store already has
+// a receipt for the message, that receipt's final envelope is published
+// instead, so a message is never answered twice.
+func (m *Manager) deliverFinal(ctx context.Context, in *bus.Inbound, d bus.Delivery, out bus.Outbound, msgs []memory.Message, fresh bool) error {
+	final, err := json.Marshal(out)
+	if err != nil {
+		return fmt.Errorf("agent: encode final: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	rec := memory.TurnRecord{
+		Session:  in.SessionKey(),
+		Messages: msgs,
+		Fresh:    fresh,
+		Receipt:  memory.Receipt{Key: in.DedupKey(), Session: in.SessionKey(), Final: final, Time: m.opt.Now().UTC()},
+	}
+	err = m.deps.Store.CommitTurn(cctx, rec)
+	switch {
+	case errors.Is(err, memory.ErrDuplicate):
+		r, ok, rerr := m.deps.Store.Receipt(cctx, in.DedupKey())
+		if rerr != nil || !ok {
+			m.untrack(d)
+			return fmt.Errorf("agent: read receipt %q after duplicate commit: %v", in.DedupKey(), rerr)
+		}
+		return m.replayReceipt(cctx, r, d)
+	case err != nil:
+		m.untrack(d)
+		return fmt.Errorf("agent: commit turn: %w", err)
+	}
+	if err := m.deps.Publisher.Publish(cctx, m.opt.Subjects.Out(in.Channel, in.ChatID), final, out.ID); err != nil {
+		// Persisted but not published: leave the message unacknowledged; its
+		// redelivery publishes the stored final envelope.
+		m.untrack(d)
+		return fmt.Errorf("agent: publish final: %w", err)
+	}
+	m.done(d)
+	m.markPublished(cctx, rec.Receipt.Key)
+	return nil
+}
+
+// markPublished records that a final envelope reached the bus, so a later
+// re-publication of the same inbound message is acknowledged silently.
+func (m *Manager) markPublished(ctx context.Context, key string) {
+	if err := m.deps.Store.MarkPublished(ctx, key); err != nil {
+		m.log.Warn("could not mark the final answer as published", "key", key, "err", err)
+	}
+}
+
+// replayReceipt handles a message that already has a receipt: if its final
+// envelope was published it just acknowledges d; otherwise (the daemon died
+// between commit and publish) it publishes the stored envelope, with the
+// same outbound id so the bus de-duplicates it, then acknowledges d.
+func (m *Manager) replayReceipt(ctx context.Context, r memory.Receipt, d bus.Delivery) error {
+	if r.Published {
+		m.log.Info("duplicate inbound message ignored: already answered", "key", r.Key)
+		m.done(d)
+		return nil
+	}
+	var out bus.Outbound
+	if err := json.Unmarshal(r.Final, &out); err != nil {
+		// A receipt we cannot read must not make the message loop forever.
+		m.log.Error("stored final envelope is unreadable; acknowledging without re-publishing", "key", r.Key, "err", err)
+		m.done(d)
+		return nil
+	}
+	if err := m.deps.Publisher.Publish(ctx, m.opt.Subjects.Out(out.Channel, out.ChatID), r.Final, out.ID); err != nil {
+		m.untrack(d)
+		return fmt.Errorf("agent: re-publish final: %w", err)
+	}
+	m.log.Info("answer of an already handled message re-published from its receipt", "key", r.Key)
+	m.done(d)
+	m.markPublished(ctx, r.Key)
+	return nil
+}
+
+// finishSimple answers a message with one final envelope and no history.
+func (m *Manager) finishSimple(ctx context.Context, in *bus.Inbound, d bus.Delivery, kind, text string, fresh bool) {
+	out := newOutbound(in, kind, text, 1, true)
+	if err := m.deliverFinal(ctx, in, d, out, nil, fresh); err != nil {
+		m.log.Error("answer not delivered; the message will be redelivered", "key", in.DedupKey(), "err", err)
+	}
+}
+
+// handleStop answers /stop, bypassing the session queue: it cancels the
+// session's running turn, if any.
+func (m *Manager) handleStop(ctx context.Context, s *session, in *bus.Inbound, d bus.Delivery) {
+	if r, ok, err := m.deps.Store.Receipt(ctx, in.DedupKey()); err == nil && ok {
+		if err := m.replayReceipt(ctx, r, d); err != nil {
+			m.log.Error("replay failed", "key", in.DedupKey(), "err", err)
+		}
+		return
+	}
+	text := "Nothing is running."
+	if s != nil && s.stop() {
+		text = "Stopping the running request."
+	}
+	m.finishSimple(ctx, in, d, bus.KindNotice, text, false)
+}

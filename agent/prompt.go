@@ -1,0 +1,77 @@
+package agent
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"switchboard/tools"
+)
+
+// turnFacts are the runtime facts of one turn that enter the system prompt.
+type turnFacts struct {
+	Now      time.Time
+	Model    string
+	Channel  string
+	IsGroup  bool
+	UserID   string
+	UserName string
+}
+
+// buildPrompt assembles the system prompt: tool rules, workspace rules, the
+// prompt files, then runtime facts (DESIGN.md §6.1). It is rebuilt for every
+// turn; the workspace's stat cache makes unchanged files free.
+func buildPrompt(ws PromptFiles, toolList []tools.Tool, f turnFacts) (string, error) {
+	var b strings.Builder
+	b.Grow(4096)
+	b.WriteString("You are Switchboard, an assistant people reach through chat apps. Your persona, the user and the rules are described below.\n\n")
+
+	if len(toolList) > 0 {
+		b.WriteString("## Tools\n\n")
+		for _, t := range toolList {
+			desc, _, _ := strings.Cut(t.Description(), "\n")
+			fmt.Fprintf(&b, "- %s: %s\n", t.Name(), desc)
+		}
+		b.WriteString("\nCall tools when they help; keep going until the task is done, then answer in plain words. " +
+			"Tool results that start with \"Error:\" are failures: read them and change approach instead of repeating the same call. " +
+			"Never put secrets in replies.\n\n")
+	}
+
+	b.WriteString("## Workspace\n\n")
+	fmt.Fprintf(&b, "Your workspace folder is %s. File tools take paths relative to it and cannot leave it. "+
+		"AGENT.md, USER.md, RULE.md and MEMORY.md are already loaded below: do not read them again. "+
+		"Edit them with your tools when the user asks you to remember something or to change how you behave.\n\n", ws.Dir())
+
+	files, err := ws.PromptFiles()
+	if err != nil {
+		return "", fmt.Errorf("agent: prompt files: %w", err)
+	}
+	for _, pf := range files {
+		fmt.Fprintf(&b, "## %s\n\n", pf.Name)
+		if pf.Truncated {
+			b.WriteString("(only the most recent part of this file is shown)\n\n")
+		}
+		b.WriteString(strings.TrimSpace(pf.Content))
+		b.WriteString("\n\n")
+	}
+
+	b.WriteString("## Runtime\n\n")
+	_, off := f.Now.Zone()
+	sign := '+'
+	if off < 0 {
+		sign, off = '-', -off
+	}
+	fmt.Fprintf(&b, "Current time: %s %s (UTC%c%02d:%02d)\n", f.Now.Format("2006-01-02 15:04:05"), f.Now.Weekday(), sign, off/3600, off%3600/60)
+	kind := "private chat"
+	if f.IsGroup {
+		kind = "group chat (several people; each user message is prefixed with the sender's name)"
+	}
+	fmt.Fprintf(&b, "Model: %s | Channel: %s | Chat: %s\n", f.Model, f.Channel, kind)
+	user := f.UserID
+	if f.UserName != "" {
+		user = f.UserName + " (" + f.UserID + ")"
+	}
+	fmt.Fprintf(&b, "User: %s\n\n", user)
+	b.WriteString("Reply in the language the user writes in.\n")
+	return b.String(), nil
+}

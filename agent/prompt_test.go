@@ -1,0 +1,86 @@
+package agent
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"switchboard/tools"
+	"switchboard/workspace"
+)
+
+var update = flag.Bool("update", false, "update golden files")
+
+type staticPrompts struct {
+	dir   string
+	files []workspace.PromptFile
+}
+
+func (s staticPrompts) PromptFiles() ([]workspace.PromptFile, error) { return s.files, nil }
+func (s staticPrompts) Dir() string                                  { return s.dir }
+
+func TestBuildPromptGolden(t *testing.T) {
+	ws := staticPrompts{dir: "/srv/ws", files: []workspace.PromptFile{
+		{Name: "AGENT.md", Content: "# Agent\nYou are helpful.\n"},
+		{Name: "USER.md", Content: "Likes tea."},
+		{Name: "MEMORY.md", Content: "- met on Monday", Truncated: true},
+	}}
+	tl := []tools.Tool{&fakeTool{name: "read_file"}, &fakeTool{name: "list_dir"}}
+	now := time.Date(2026, 11, 30, 9, 5, 0, 0, time.FixedZone("CET", 3600))
+	got, err := buildPrompt(ws, tl, turnFacts{Now: now, Model: "gpt-x", Channel: "telegram", IsGroup: true, UserID: "42", UserName: "Ann"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "prompt.golden")
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Fatalf("prompt differs from %s (run with -update):\n%s", golden, got)
+	}
+}
+
+// TestBuildPromptFollowsEdits uses the real workspace: an edit shows up on
+// the next build, and unchanged files are not re-read.
+func TestBuildPromptFollowsEdits(t *testing.T) {
+	dir := t.TempDir()
+	ws, err := workspace.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	f := turnFacts{Now: time.Now(), Model: "m", Channel: "console"}
+	if _, err := buildPrompt(ws, nil, f); err != nil {
+		t.Fatal(err)
+	}
+	reads := ws.Reads()
+	p, err := buildPrompt(ws, nil, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws.Reads() != reads {
+		t.Fatalf("unchanged files were re-read: %d -> %d", reads, ws.Reads())
+	}
+	if strings.Contains(p, "speak like a robot") {
+		t.Fatal("unexpected text")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "USER.md"), []byte("The user wants you to speak like a robot."), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err = buildPrompt(ws, nil, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(p, "speak like a robot") {
+		t.Fatal("edit to USER.md not in the next prompt")
+	}
+}

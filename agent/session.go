@@ -1,0 +1,333 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"switchboard/bus"
+	"switchboard/memory"
+	"switchboard/tools"
+)
+
+// item is one queued inbound message.
+type item struct {
+	in *bus.Inbound
+	d  bus.Delivery
+}
+
+// session is one active chat session: a goroutine that processes its queue
+// in order. The queue and the running turn's cancel function are guarded by
+// mu; the history cache is owned by the session goroutine.
+type session struct {
+	m    *Manager
+	key  string
+	wake chan struct{}
+
+	mu      sync.Mutex
+	queue   []item
+	cancel  context.CancelCauseFunc // of the running turn; nil when idle
+	running bool
+
+	loaded  bool
+	history []memory.Message // context cache, oldest first
+}
+
+func newSession(m *Manager, key string) *session {
+	return &session{m: m, key: key, wake: make(chan struct{}, 1)}
+}
+
+// enqueue adds it to the queue; false when the queue is full. The caller
+// holds m.mu.
+func (s *session) enqueue(it item) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) >= maxQueuedPerSession {
+		return false
+	}
+	s.queue = append(s.queue, it)
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (s *session) pop() (item, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		return item{}, false
+	}
+	it := s.queue[0]
+	s.queue[0] = item{}
+	s.queue = s.queue[1:]
+	return it, true
+}
+
+func (s *session) queued() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue)
+}
+
+// stop cancels the running turn; false when none is running.
+func (s *session) stop() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cancel == nil {
+		return false
+	}
+	s.cancel(errUserStop)
+	return true
+}
+
+// run processes the queue until ctx ends or the session stays idle for
+// Config.SessionIdle, when it removes itself from the manager.
+func (s *session) run(ctx context.Context) {
+	idle := time.NewTimer(s.m.cfg.SessionIdle)
+	defer idle.Stop()
+	for {
+		if ctx.Err() != nil {
+			return
+		}
+		if it, ok := s.pop(); ok {
+			s.process(ctx, it)
+			continue
+		}
+		idle.Reset(s.m.cfg.SessionIdle)
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		case <-idle.C:
+			s.m.mu.Lock()
+			if s.queued() == 0 {
+				delete(s.m.sessions, s.key)
+				s.m.mu.Unlock()
+				return
+			}
+			s.m.mu.Unlock()
+		}
+	}
+}
+
+// process handles one message; a panic in it answers the user with an
+// error instead of killing the daemon.
+func (s *session) process(ctx context.Context, it item) {
+	m := s.m
+	defer func() {
+		if r := recover(); r != nil {
+			m.log.Error("turn panicked", "session", s.key, "panic", r, "stack", string(debug.Stack()))
+			s.loaded = false // the cache may be inconsistent: reload next time
+			m.finishSimple(ctx, it.in, it.d, bus.KindError, "Sorry, something went wrong inside Switchboard while answering. The operator can find details in the log.", false)
+		}
+	}()
+	r, ok, err := m.deps.Store.Receipt(ctx, it.in.DedupKey())
+	if err != nil {
+		m.log.Error("receipt lookup failed; message left for redelivery", "key", it.in.DedupKey(), "err", err)
+		m.untrack(it.d)
+		return
+	}
+	if ok {
+		if err := m.replayReceipt(ctx, r, it.d); err != nil {
+			m.log.Error("replay failed", "key", it.in.DedupKey(), "err", err)
+		}
+		return
+	}
+	switch cmd := parseCommand(it.in.Text); cmd.name {
+	case cmdNew:
+		s.history, s.loaded = nil, true
+		m.finishSimple(ctx, it.in, it.d, bus.KindNotice, "Started a new conversation. Earlier messages stay on disk but are no longer part of the context.", true)
+		return
+	case cmdHelp:
+		m.finishSimple(ctx, it.in, it.d, bus.KindNotice, helpText, false)
+		return
+	case cmdStatus:
+		m.finishSimple(ctx, it.in, it.d, bus.KindNotice, s.status(), false)
+		return
+	}
+	select {
+	case m.sem <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-m.sem }()
+	s.turn(ctx, it)
+}
+
+// turn runs the model loop for one user message and delivers its answer.
+func (s *session) turn(ctx context.Context, it item) {
+	m, in := s.m, it.in
+	if !s.loaded {
+		snap, err := m.deps.Store.Load(ctx, s.key, m.cfg.MaxContextTurns)
+		if err != nil {
+			m.log.Error("history load failed; message left for redelivery", "session", s.key, "err", err)
+			m.untrack(it.d)
+			return
+		}
+		s.history, s.loaded = snap.Messages, true
+	}
+	now := m.opt.Now()
+	sink := newTurnSink(m, in, now)
+	sink.typing()
+	sink.Event(bus.EventTurnStart, map[string]any{"id": in.ID})
+
+	system, err := buildPrompt(m.deps.Prompts, toolList(m.deps.Tools), turnFacts{
+		Now: now, Model: m.opt.ModelName, Channel: in.Channel, IsGroup: in.IsGroup, UserID: in.UserID, UserName: in.UserName,
+	})
+	if err != nil {
+		m.log.Error("system prompt failed", "session", s.key, "err", err)
+		m.finishSimple(ctx, in, it.d, bus.KindError, "Sorry, I could not read my workspace files. The operator can find details in the log.", false)
+		return
+	}
+
+	tctx, cancel := context.WithCancelCause(ctx)
+	s.mu.Lock()
+	s.cancel = cancel
+	s.mu.Unlock()
+	res, err := m.exec.Run(tctx, TurnInput{
+		System:  system,
+		History: trimTurns(s.history, m.cfg.MaxContextTurns-1, m.cfg.MaxContextTokens),
+		User:    userMessage(in, now),
+		Session: tools.Session{Key: s.key, Channel: in.Channel, ChatID: in.ChatID, UserID: in.UserID},
+		Sink:    sink,
+	})
+	s.mu.Lock()
+	s.cancel = nil
+	s.mu.Unlock()
+	cancel(nil)
+	if errors.Is(err, ErrAborted) {
+		m.log.Info("turn aborted; the message will be redelivered", "session", s.key, "err", err)
+		m.untrack(it.d)
+		return
+	}
+	out := newOutbound(in, res.Kind, res.Text, sink.nextSeq(), true)
+	if err := m.deliverFinal(ctx, in, it.d, out, res.Messages, false); err != nil {
+		m.log.Error("answer not delivered; the message will be redelivered", "session", s.key, "err", err)
+		s.loaded = false
+		return
+	}
+	m.turns.Add(1)
+	s.history = trimTurns(append(s.history, res.Messages...), m.cfg.MaxContextTurns, 1<<62)
+	sink.Event(bus.EventTurnEnd, map[string]any{"id": in.ID, "steps": res.Steps, "kind": res.Kind})
+}
+
+func toolList(tb Toolbox) []tools.Tool {
+	if tb == nil {
+		return nil
+	}
+	return tb.List()
+}
+
+// userMessage converts an inbound envelope into the stored user message. In
+// groups the sender's name prefixes the text.
+func userMessage(in *bus.Inbound, now time.Time) memory.Message {
+	text := in.Text
+	if in.IsGroup {
+		name := in.UserName
+		if name == "" {
+			name = in.UserID
+		}
+		text = "[" + name + "]: " + text
+	}
+	msg := memory.Message{Role: memory.RoleUser, TurnStart: true, InboundID: in.DedupKey(), Time: now.UTC()}
+	var notes []string
+	for _, a := range in.Attachments {
+		if a.Kind == bus.AttachImage && (a.URL != "" || a.Data != "") {
+			msg.Blocks = append(msg.Blocks, memory.Block{Type: memory.BlockImage, MIME: a.MIME, URL: a.URL, Data: a.Data})
+			continue
+		}
+		note := fmt.Sprintf("[attachment: %s %q (%s, %d bytes)", a.Kind, a.Name, a.MIME, a.Size)
+		if a.URL != "" {
+			note += " " + a.URL
+		}
+		notes = append(notes, note+"]")
+	}
+	if len(notes) > 0 {
+		text = strings.TrimSpace(text + "\n" + strings.Join(notes, "\n"))
+	}
+	if text != "" {
+		msg.Blocks = append([]memory.Block{{Type: memory.BlockText, Text: text}}, msg.Blocks...)
+	}
+	return msg
+}
+
+// turnSink publishes a turn's typing signal, throttled deltas and events.
+type turnSink struct {
+	m        *Manager
+	in       *bus.Inbound
+	out      string // outbound subject
+	evt      string // event subject
+	start    time.Time
+	mu       sync.Mutex
+	seq      int
+	lastSent time.Time
+	lastText string
+}
+
+func newTurnSink(m *Manager, in *bus.Inbound, start time.Time) *turnSink {
+	return &turnSink{m: m, in: in, start: start,
+		out: m.opt.Subjects.Out(in.Channel, in.ChatID), evt: m.opt.Subjects.Event(in.Channel, in.ChatID)}
+}
+
+func (k *turnSink) nextSeq() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.seq++
+	return k.seq
+}
+
+func (k *turnSink) typing() {
+	k.publish(newOutbound(k.in, bus.KindTyping, "", k.nextSeq(), false))
+}
+
+// Delta publishes the text so far at most once per DeltaInterval, and not
+// before DeltaInterval has passed since the turn started.
+func (k *turnSink) Delta(text string) {
+	now := k.m.opt.Now()
+	iv := k.m.cfg.DeltaInterval
+	k.mu.Lock()
+	if now.Sub(k.start) < iv || now.Sub(k.lastSent) < iv || text == k.lastText {
+		k.mu.Unlock()
+		return
+	}
+	k.lastSent, k.lastText = now, text
+	k.seq++
+	seq := k.seq
+	k.mu.Unlock()
+	k.publish(newOutbound(k.in, bus.KindDelta, text, seq, false))
+	k.Event(bus.EventLLMDelta, map[string]any{"text": text})
+}
+
+func (k *turnSink) publish(o bus.Outbound) {
+	data, err := json.Marshal(o)
+	if err == nil {
+		err = k.m.deps.Publisher.PublishCore(k.out, data)
+	}
+	if err != nil {
+		k.m.log.Debug("outbound publish failed", "subject", k.out, "kind", o.Kind, "err", err)
+	}
+}
+
+// Event publishes an agent event on chat.event.<channel>.<chat>.
+func (k *turnSink) Event(typ string, data any) {
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return
+	}
+	ev := bus.Event{V: bus.Version, Type: typ, Session: k.in.SessionKey(), Channel: k.in.Channel, ChatID: k.in.ChatID,
+		ThreadID: k.in.ThreadID, InReplyTo: k.in.ID, Time: k.m.opt.Now().UTC(), Data: raw}
+	b, err := json.Marshal(ev)
+	if err == nil {
+		err = k.m.deps.Publisher.PublishCore(k.evt, b)
+	}
+	if err != nil {
+		k.m.log.Debug("event publish failed", "subject", k.evt, "err", err)
+	}
+}

@@ -1,0 +1,32 @@
+package bus
+
+// Delivery is the agent runtime's view of one inbound message taken from the
+// CHAT_IN stream. natsbus passes a jetstream.Msg, which satisfies it; tests
+// may pass a fake.
+//
+// Acknowledgement contract (DESIGN.md §4): call exactly one of Ack (the final
+// outbound of the turn is persisted and published, or the message was a
+// duplicate) or Term (the message is invalid and was dead-lettered; it is
+// removed and never redelivered). Until then call InProgress more often than
+// the consumer's AckWait (30 s) so the message is not redelivered mid-turn. A
+// message that is neither acked nor terminated is redelivered after AckWait,
+// or at once when the embedded bus restarts.
+//
+// The methods send to the server and do not wait for it to confirm; they
+// return an error only when the message cannot be acknowledged (e.g. it was
+// already acked or the connection is closed). A Delivery is safe for
+// concurrent use.
+type Delivery interface {
+	// Subject is the subject the message was published on,
+	// "<p>.in.<channel>.<chat>".
+	Subject() string
+	// Data is the raw payload (the inbound envelope as JSON). The caller
+	// must not modify it.
+	Data() []byte
+	// Ack removes the message from the stream: it was handled.
+	Ack() error
+	// InProgress resets the redelivery timer.
+	InProgress() error
+	// Term removes the message without redelivery: it can never be handled.
+	Term() error
+}

@@ -1,0 +1,319 @@
+// Package natsbus is the NATS side of Switchboard's bus (DESIGN.md §3–4): it
+// starts the embedded nats-server (or connects to an external one), ensures
+// the JetStream streams CHAT_IN, CHAT_OUT and CHAT_DLQ, publishes envelopes
+// and runs the agent runtime's durable consumer on the inbound subjects.
+//
+// A [Bus] is opened with [Open] and released with [Bus.Close]; all its
+// methods are safe for concurrent use.
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"switchboard/bus"
+)
+
+// ErrClosed is returned (wrapped) by the methods of a [Bus] after Close.
+var ErrClosed = errors.New("natsbus: bus closed")
+
+// Compile-time check: a JetStream message is a bus.Delivery.
+var _ bus.Delivery = jetstream.Msg(nil)
+
+const (
+	// clientName is the connection name shown in the server's monitoring.
+	clientName = "switchboard"
+	// drainTimeout bounds Close's drain of the connection.
+	drainTimeout = 5 * time.Second
+	// readyTimeout bounds the wait for the embedded server.
+	readyTimeout = 10 * time.Second
+)
+
+// Bus is an open connection to NATS with the bus streams in place. It owns
+// the connection and, in embedded mode, the server; Close releases both. A
+// Bus is safe for concurrent use.
+type Bus struct {
+	subj      bus.Subjects
+	streams   Streams
+	log       *slog.Logger
+	ns        *server.Server // nil with an external URL
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	clientURL string
+
+	connClosed chan struct{} // closed by the connection's ClosedHandler
+	closeConn  sync.Once     // guards close(connClosed)
+	closeOnce  sync.Once     // guards Close
+	closed     atomic.Bool
+	consuming  atomic.Bool
+	recreated  atomic.Bool // the embedded consumer was recreated by Consume
+}
+
+// Open validates cfg and connects the bus. With cfg.URL empty it starts the
+// embedded nats-server with JetStream storing under storeDir (required then),
+// listening on cfg.Listen or in-process only when Listen is empty, and
+// connects to it in-process; otherwise it connects to cfg.URL (reconnecting
+// forever once connected) and ignores storeDir. It then creates or updates
+// the streams (see [StreamConfigs]). ctx bounds the stream set-up, not the
+// life of the Bus. On error nothing is left running. A nil log discards.
+func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*Bus, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("natsbus: config: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	b := &Bus{
+		subj:       bus.Subjects{Prefix: cfg.SubjectPrefix},
+		streams:    StreamsFor(cfg.SubjectPrefix),
+		log:        log,
+		connClosed: make(chan struct{}),
+	}
+	opts := []nats.Option{
+		nats.Name(clientName),
+		nats.DrainTimeout(drainTimeout),
+		nats.ClosedHandler(func(*nats.Conn) { b.closeConn.Do(func() { close(b.connClosed) }) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if !b.closed.Load() {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted()) }),
+	}
+	var err error
+	if cfg.URL == "" {
+		if storeDir == "" {
+			return nil, errors.New("natsbus: embedded server: store directory is required")
+		}
+		b.ns, err = startEmbedded(cfg, storeDir, log)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.Listen != "" {
+			b.clientURL = listenerURL(cfg.Listen, b.ns.Addr())
+		}
+		b.nc, err = nats.Connect("", append(opts, nats.InProcessServer(b.ns))...)
+		if err != nil {
+			b.ns.Shutdown()
+			b.ns.WaitForShutdown()
+			return nil, fmt.Errorf("natsbus: connect in-process: %w", err)
+		}
+	} else {
+		b.clientURL = cfg.URL
+		b.nc, err = nats.Connect(cfg.URL, append(opts, nats.MaxReconnects(-1))...)
+		if err != nil {
+			return nil, fmt.Errorf("natsbus: connect %s: %w", redactURL(cfg.URL), err)
+		}
+	}
+	b.js, err = jetstream.New(b.nc)
+	if err == nil {
+		err = b.ensureStreams(ctx)
+	}
+	if err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("natsbus: %w", err)
+	}
+	log.Info("bus ready", "embedded", b.ns != nil, "client_url", redactURL(b.clientURL), "prefix", cfg.SubjectPrefix)
+	return b, nil
+}
+
+// startEmbedded starts nats-server with JetStream and waits until it accepts
+// connections.
+func startEmbedded(cfg Config, storeDir string, log *slog.Logger) (*server.Server, error) {
+	opts := &server.Options{
+		ServerName: "switchboard",
+		JetStream:  true,
+		StoreDir:   storeDir,
+		NoSigs:     true,
+		MaxPayload: maxPayload(cfg.MaxTextBytes),
+	}
+	if cfg.Listen == "" {
+		opts.DontListen = true
+	} else {
+		host, port, _ := net.SplitHostPort(cfg.Listen) // checked by Validate
+		opts.Host = host
+		opts.Port, _ = strconv.Atoi(port)
+		if opts.Port == 0 {
+			opts.Port = server.RANDOM_PORT
+		}
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: embedded server: %w", err)
+	}
+	ns.SetLogger(serverLog{log: log.With("component", "nats-server")}, false, false)
+	// Start returns once the listener is bound (or failed to bind) and
+	// JetStream is enabled; it leaves the accept loop in a goroutine.
+	ns.Start()
+	if !opts.DontListen && ns.Addr() == nil {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		return nil, fmt.Errorf("natsbus: embedded server: cannot listen on %s", cfg.Listen)
+	}
+	if !ns.ReadyForConnections(readyTimeout) {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		return nil, fmt.Errorf("natsbus: embedded server: not ready for connections after %s", readyTimeout)
+	}
+	if !ns.JetStreamEnabled() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		return nil, fmt.Errorf("natsbus: embedded server: JetStream failed to start in %s", storeDir)
+	}
+	return ns, nil
+}
+
+// maxPayload sizes the embedded server's max_payload so that an inbound
+// envelope with the largest allowed text fits, even with JSON escapes:
+// at least the NATS default of 1 MiB, at most 8 MiB.
+func maxPayload(maxTextBytes int) int32 {
+	const lo, hi = 1 << 20, 8 << 20
+	return int32(min(max(2*maxTextBytes+256<<10, lo), hi))
+}
+
+// listenerURL returns the URL an outside client uses to reach the embedded
+// listener: its real port, and a loopback host when it listens on all
+// interfaces.
+func listenerURL(listen string, addr net.Addr) string {
+	host, _, _ := net.SplitHostPort(listen)
+	switch host {
+	case "", "0.0.0.0":
+		host = "127.0.0.1"
+	case "::":
+		host = "::1"
+	}
+	port := 0
+	if ta, ok := addr.(*net.TCPAddr); ok {
+		port = ta.Port
+	}
+	return "nats://" + net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// Subjects returns the subject scheme under the configured prefix.
+func (b *Bus) Subjects() bus.Subjects { return b.subj }
+
+// Streams returns the names of the bus streams.
+func (b *Bus) Streams() Streams { return b.streams }
+
+// Conn returns the NATS connection. It is owned by the Bus: do not close or
+// drain it.
+func (b *Bus) Conn() *nats.Conn { return b.nc }
+
+// JetStream returns the JetStream handle over [Bus.Conn].
+func (b *Bus) JetStream() jetstream.JetStream { return b.js }
+
+// ClientURL returns the URL an outside client (switchboard chat, a bridge)
+// uses to reach this bus: the external URL as configured (it may carry
+// credentials), "nats://host:port" of the embedded listener (the real port
+// when bus.listen asked for port 0), or "" when the embedded server is
+// in-process only.
+func (b *Bus) ClientURL() string { return b.clientURL }
+
+// Embedded reports whether the bus runs its own nats-server in-process.
+func (b *Bus) Embedded() bool { return b.ns != nil }
+
+// Publish publishes data on subject through JetStream and waits for the
+// stream's acknowledgement (bounded by ctx). A non-empty msgID is sent as the
+// Nats-Msg-Id header; a publish the stream recognises as a duplicate within
+// its de-duplication window is a success. The subject must be captured by a
+// stream (in, out or dlq), else Publish fails.
+func (b *Bus) Publish(ctx context.Context, subject string, data []byte, msgID string) error {
+	if b.closed.Load() {
+		return fmt.Errorf("natsbus: publish %s: %w", subject, ErrClosed)
+	}
+	var opts []jetstream.PublishOpt
+	if msgID != "" {
+		opts = append(opts, jetstream.WithMsgID(msgID))
+	}
+	ack, err := b.js.Publish(ctx, subject, data, opts...)
+	if err != nil {
+		return fmt.Errorf("natsbus: publish %s: %w", subject, err)
+	}
+	if ack.Duplicate {
+		b.log.DebugContext(ctx, "duplicate publish ignored by stream", "subject", subject, "msg_id", msgID, "stream", ack.Stream)
+	}
+	return nil
+}
+
+// PublishCore publishes data on subject with core NATS: no acknowledgement,
+// no de-duplication, at most once (used for deltas, typing and events). It
+// does not block on the network.
+func (b *Bus) PublishCore(subject string, data []byte) error {
+	if b.closed.Load() {
+		return fmt.Errorf("natsbus: publish %s: %w", subject, ErrClosed)
+	}
+	if err := b.nc.Publish(subject, data); err != nil {
+		return fmt.Errorf("natsbus: publish %s: %w", subject, err)
+	}
+	return nil
+}
+
+// Ready reports whether the bus can serve: it is open, connected, and the
+// three streams exist. The error says which check failed.
+func (b *Bus) Ready(ctx context.Context) error {
+	if b.closed.Load() {
+		return fmt.Errorf("natsbus: not ready: %w", ErrClosed)
+	}
+	if st := b.nc.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("natsbus: not ready: connection is %s", st)
+	}
+	var errs []error
+	for _, name := range []string{b.streams.In, b.streams.Out, b.streams.DLQ} {
+		if _, err := b.js.Stream(ctx, name); err != nil {
+			errs = append(errs, fmt.Errorf("natsbus: not ready: stream %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close drains the connection (waiting at most a few seconds for pending
+// publishes and subscriptions), then, in embedded mode, shuts the server down
+// and waits for it. It is idempotent and safe to call concurrently; later
+// calls return nil. Call it after [Bus.Consume] has returned.
+func (b *Bus) Close() error {
+	b.closeOnce.Do(func() {
+		b.closed.Store(true)
+		if err := b.nc.Drain(); err != nil {
+			b.nc.Close()
+		}
+		timer := time.NewTimer(drainTimeout + time.Second)
+		select {
+		case <-b.connClosed:
+		case <-timer.C:
+			b.log.Warn("nats drain did not finish; closing")
+			b.nc.Close()
+			<-b.connClosed
+		}
+		timer.Stop()
+		if b.ns != nil {
+			b.ns.Shutdown()
+			b.ns.WaitForShutdown()
+		}
+	})
+	return nil
+}
+
+// redactURL hides passwords in a URL (or comma-separated URL list) for logs
+// and errors.
+func redactURL(u string) string {
+	parts := strings.Split(u, ",")
+	for i, p := range parts {
+		if pu, err := url.Parse(strings.TrimSpace(p)); err == nil {
+			parts[i] = pu.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
+}

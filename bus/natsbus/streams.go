@@ -1,0 +1,95 @@
+package natsbus
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"switchboard/bus"
+)
+
+// Stream limits (DESIGN.md §4).
+const (
+	// DuplicateWindow is the de-duplication window of CHAT_IN and CHAT_OUT
+	// (Nats-Msg-Id).
+	DuplicateWindow = 2 * time.Minute
+	// OutMaxAge bounds how long CHAT_OUT keeps an outbound message.
+	OutMaxAge = 24 * time.Hour
+	// OutMaxMsgsPerSubject bounds CHAT_OUT per chat subject.
+	OutMaxMsgsPerSubject = 1000
+	// DLQMaxAge bounds how long CHAT_DLQ keeps a dead letter.
+	DLQMaxAge = 7 * 24 * time.Hour
+	// DLQMaxMsgs bounds the number of dead letters kept.
+	DLQMaxMsgs = 100_000
+)
+
+// Streams names the three bus streams.
+type Streams struct {
+	In  string // captures <p>.in.>, work-queue retention
+	Out string // captures <p>.out.>, limits retention
+	DLQ string // captures <p>.dlq.>, limits retention
+}
+
+// StreamsFor derives the stream names from the subject prefix: the prefix
+// upper-cased with dots replaced by underscores, then "_IN", "_OUT" and
+// "_DLQ". The default prefix "chat" gives CHAT_IN, CHAT_OUT and CHAT_DLQ;
+// "acme.bot" gives ACME_BOT_IN and so on.
+func StreamsFor(prefix string) Streams {
+	base := strings.ToUpper(strings.ReplaceAll(prefix, ".", "_"))
+	return Streams{In: base + "_IN", Out: base + "_OUT", DLQ: base + "_DLQ"}
+}
+
+// StreamConfigs returns the configurations of the in, out and dlq streams
+// for a subject prefix, in that order. All use file storage and discard the
+// oldest message when a limit is reached.
+func StreamConfigs(prefix string) []jetstream.StreamConfig {
+	subj := bus.Subjects{Prefix: prefix}
+	names := StreamsFor(prefix)
+	return []jetstream.StreamConfig{
+		{
+			Name:        names.In,
+			Description: "Switchboard inbound messages (work queue of the agent runtime)",
+			Subjects:    []string{subj.InAll()},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     jetstream.FileStorage,
+			Discard:     jetstream.DiscardOld,
+			Duplicates:  DuplicateWindow,
+		},
+		{
+			Name:              names.Out,
+			Description:       "Switchboard outbound messages (catch-up for adapters and bridges)",
+			Subjects:          []string{subj.OutAll()},
+			Retention:         jetstream.LimitsPolicy,
+			Storage:           jetstream.FileStorage,
+			Discard:           jetstream.DiscardOld,
+			MaxAge:            OutMaxAge,
+			MaxMsgsPerSubject: OutMaxMsgsPerSubject,
+			Duplicates:        DuplicateWindow,
+		},
+		{
+			Name:        names.DLQ,
+			Description: "Switchboard dead letters (rejected inbound messages)",
+			Subjects:    []string{subj.DLQAll()},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Discard:     jetstream.DiscardOld,
+			MaxAge:      DLQMaxAge,
+			MaxMsgs:     DLQMaxMsgs,
+			Duplicates:  DuplicateWindow,
+		},
+	}
+}
+
+// ensureStreams creates the streams or updates them to the current
+// configuration.
+func (b *Bus) ensureStreams(ctx context.Context) error {
+	for _, cfg := range StreamConfigs(b.subj.Prefix) {
+		if _, err := b.js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+		}
+	}
+	return nil
+}

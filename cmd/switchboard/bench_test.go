@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"switchboard/agent/llm/llmtest"
+	"switchboard/bus"
+)
+
+// BenchmarkTurns pushes b.N user messages spread over N sessions through the
+// whole daemon (embedded NATS with JetStream, durable bbolt history, the
+// executor, the OpenAI-compatible scripted model over HTTP at zero latency)
+// and reports turns/s, the added latency from publish to final reply, and
+// the process's RSS.
+//
+//	go test ./cmd/switchboard -run '^$' -bench Turns -benchtime 20000x
+func BenchmarkTurns(b *testing.B) {
+	for _, sessions := range []int{1, 1000} {
+		b.Run(fmt.Sprintf("sessions=%d", sessions), func(b *testing.B) { benchTurns(b, sessions) })
+	}
+}
+
+func benchTurns(b *testing.B, sessions int) {
+	model := llmtest.NewServer(b, llmtest.WithResponder(llmtest.EchoResponder))
+	cfg := testConfig(b, model.URL())
+	d := startDaemon(b, cfg)
+	js, err := jetstream.New(d.nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	subj := d.subjects()
+
+	var mu sync.Mutex
+	sent := make(map[string]time.Time, b.N)
+	lat := make([]time.Duration, 0, b.N)
+	all := make(chan struct{})
+	sub, err := d.nc.Subscribe(subj.OutAll(), func(m *nats.Msg) {
+		var o bus.Outbound
+		if json.Unmarshal(m.Data, &o) != nil || !o.Final {
+			return
+		}
+		now := time.Now()
+		mu.Lock()
+		if t0, ok := sent[o.InReplyTo]; ok {
+			lat = append(lat, now.Sub(t0))
+			delete(sent, o.InReplyTo)
+			if len(lat) == b.N {
+				close(all)
+			}
+		}
+		mu.Unlock()
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		b.Fatal(err)
+	}
+
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		chat := "s" + strconv.Itoa(i%sessions)
+		id := "b" + strconv.Itoa(i)
+		in := bus.Inbound{V: 1, ID: id, Channel: "console", ChatID: chat, UserID: "u", Text: "ping " + id}
+		data, _ := json.Marshal(in)
+		mu.Lock()
+		sent[id] = time.Now()
+		mu.Unlock()
+		if _, err := js.PublishAsync(subj.In("console", chat), data, jetstream.WithMsgID(in.DedupKey())); err != nil {
+			b.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(time.Minute):
+		b.Fatal("publishes not acknowledged")
+	}
+	select {
+	case <-all:
+	case <-time.After(5 * time.Minute):
+		mu.Lock()
+		b.Fatalf("only %d of %d answered", len(lat), b.N)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "turns/s")
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50_ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99_ms")
+	b.ReportMetric(float64(rssKB(os.Getpid()))/1024, "rss_MB")
+}
+
+// BenchmarkStartupAndIdleRSS starts the real binary, measures the time until
+// GET /readyz answers 200 and the resident memory of the idle daemon.
+//
+//	go test ./cmd/switchboard -run '^$' -bench StartupAndIdleRSS -benchtime 5x
+func BenchmarkStartupAndIdleRSS(b *testing.B) {
+	bin := buildBinary(b)
+	var startup []time.Duration
+	var rss []int
+	client := &http.Client{Timeout: time.Second}
+	for range b.N {
+		dir := b.TempDir()
+		admin := freePort(b)
+		config := writeConfig(b, dir, freePort(b), admin, "http://127.0.0.1:1/v1")
+		t0 := time.Now()
+		p := startProcess(b, bin, config)
+		for {
+			resp, err := client.Get("http://" + admin + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Since(t0) > 20*time.Second {
+				b.Fatalf("not ready: %v", err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		startup = append(startup, time.Since(t0))
+		time.Sleep(500 * time.Millisecond) // let the daemon settle before reading its RSS
+		rss = append(rss, rssKB(p.cmd.Process.Pid))
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		<-p.done
+	}
+	slices.Sort(startup)
+	slices.Sort(rss)
+	b.ReportMetric(float64(startup[len(startup)/2].Microseconds())/1000, "startup_ms")
+	b.ReportMetric(float64(rss[len(rss)/2])/1024, "idle_rss_MB")
+}
+
+// rssKB reads VmRSS of a process from /proc (0 where unavailable).
+func rssKB(pid int) int {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return n
+		}
+	}
+	return 0
+}

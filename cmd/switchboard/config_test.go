@@ -1,0 +1,639 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.yaml.in/yaml/v3"
+
+	"switchboard/agent/llm"
+)
+
+var updateGolden = flag.Bool("update", false, "rewrite testdata/*.golden files")
+
+// shippedConfig is the example configuration at the repository root.
+const shippedConfig = "../../config.yaml"
+
+func noEnv(string) (string, bool) { return "", false }
+
+func envMap(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestParseConfigTestdata(t *testing.T) {
+	tests := []struct {
+		file     string
+		want     func(*Config) // edits defaultConfig() into the expected value
+		wantErrs []string      // each must appear in the error, in this order
+	}{
+		{file: "valid_empty.yaml", want: func(*Config) {}},
+		{file: "valid_empty_sections.yaml", want: func(*Config) {}},
+		{file: "valid_empty_overrides.yaml", want: func(c *Config) {
+			c.Bus.Listen = ""
+			c.Admin.Listen = ""
+		}},
+		{file: "valid_anchors.yaml", want: func(c *Config) {
+			c.Agent.MaxSteps = 7
+			c.Agent.MaxContextTurns = 7
+			c.LLM.Model = "merged-model"
+			c.LLM.MaxTokens = 200
+		}},
+		{file: "valid_full.yaml", want: func(c *Config) {
+			*c = Config{
+				DataDir: "/var/lib/sb",
+				Log:     LogConfig{Level: "debug", Format: "json"},
+			}
+			c.Bus.URL = "nats://nats.internal:4222"
+			c.Bus.Listen = "0.0.0.0:14222"
+			c.Bus.SubjectPrefix = "acme.chat"
+			c.Bus.MaxTextBytes = 1024
+			c.LLM.BaseURL = "http://localhost:11434/v1"
+			c.LLM.APIKey = "sk-test"
+			c.LLM.Model = "llama3.1"
+			c.LLM.MaxTokens = 512
+			c.LLM.Temperature = 0.7
+			c.LLM.ContextWindow = 8192
+			c.LLM.RequestTimeout = 90 * time.Second
+			c.LLM.IdleTimeout = 90 * time.Second
+			c.LLM.MaxRetries = 0
+			c.Agent.Workspace = "/srv/workspace"
+			c.Agent.MaxSteps = 5
+			c.Agent.MaxConcurrentTurns = 2
+			c.Agent.SessionIdle = time.Hour
+			c.Agent.MaxContextTokens = 4000
+			c.Agent.MaxContextTurns = 3
+			c.Agent.DeltaInterval = 2 * time.Second
+			c.Admin.Listen = "0.0.0.0:19090"
+		}},
+		{file: "invalid_unknown_keys.yaml", wantErrs: []string{
+			"datadir (line 2): unknown key (did you mean data_dir?)",
+			"log.colour (line 5): unknown key",
+			"agent.max_stepz (line 8): unknown key (did you mean max_steps?)",
+			"agent.tools (line 9): unknown key",
+			"telegram (line 13): unknown key",
+		}},
+		{file: "invalid_types.yaml", wantErrs: []string{
+			"log.level (line 2): must be a string, got a list",
+			`bus (line 3): must be a mapping of keys, got the value "nats://localhost:4222"`,
+			`llm.max_tokens (line 5): must be an integer, got "lots"`,
+			`llm.temperature (line 6): must be a number, got "warm"`,
+			`llm.request_timeout (line 7): must be a duration such as 90s, 10m or 1h30m, got "600"`,
+			`llm.idle_timeout (line 8): must be a duration such as 90s, 10m or 1h30m, got "soon"`,
+			`agent.max_steps (line 10): must be an integer, got "1.5"`,
+			`agent.session_idle (line 11): must be a duration such as 90s, 10m or 1h30m, got a mapping`,
+		}},
+		{file: "invalid_values.yaml", wantErrs: []string{
+			"data_dir: must not be empty",
+			`log.level: must be one of debug, info, warn, error, got "verbose"`,
+			`log.format: must be text or json, got "xml"`,
+			`bus.listen: must be host:port, got "localhost"`,
+			`bus.subject_prefix: must be dot-separated tokens`,
+			"bus.max_text_bytes: must be between 1 and 4194304, got 0",
+			`llm.base_url: must be an http(s) URL`,
+			"llm.model: must not be empty",
+			"llm.temperature: must be between 0 and 2, got 3",
+			"agent.workspace: must not be empty",
+			"agent.max_steps: must be between 1 and 1000, got 0",
+			"agent.session_idle: must be at least 1s, got 10ms",
+			`admin.listen: must be host:port such as 127.0.0.1:9090, or empty to disable, got "9090"`,
+		}},
+		{file: "invalid_port_clash.yaml", wantErrs: []string{
+			`admin.listen: must differ from bus.listen, both are "127.0.0.1:9090"`,
+		}},
+		{file: "invalid_syntax.yaml", wantErrs: []string{"invalid YAML: yaml: line 3:"}},
+		{file: "invalid_not_mapping.yaml", wantErrs: []string{
+			"line 1: the top level must be a mapping of sections (data_dir:, log:, bus:, llm:, agent:, admin:), got a list",
+		}},
+		{file: "invalid_two_documents.yaml", wantErrs: []string{
+			"line 2: the file must hold one YAML document, found a second one",
+		}},
+		{file: "invalid_env.yaml", wantErrs: []string{
+			`llm.api_key (line 2): unterminated ${ in "${OPENAI_API_KEY" (write $$ for a literal $)`,
+			"llm.model (line 3): invalid environment variable reference ${1MODEL}",
+		}},
+		{file: "invalid_many.yaml", wantErrs: []string{"loud"}}, // full text: TestConfigErrorGolden
+	}
+
+	// Every testdata file is in the table, so none is silently unchecked.
+	files, err := filepath.Glob("testdata/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var covered []string
+	for _, tt := range tests {
+		covered = append(covered, filepath.Join("testdata", tt.file))
+	}
+	sort.Strings(files)
+	sort.Strings(covered)
+	if diff := cmp.Diff(files, covered); diff != "" {
+		t.Errorf("testdata/*.yaml and the table differ (-files +table):\n%s", diff)
+	}
+
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", tt.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := ParseConfig(data, noEnv)
+			if tt.want != nil {
+				if err != nil {
+					t.Fatalf("ParseConfig(%s) error:\n%v", tt.file, err)
+				}
+				want := defaultConfig()
+				tt.want(&want)
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Fatalf("ParseConfig(%s) mismatch (-want +got):\n%s", tt.file, diff)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("ParseConfig(%s) = nil error, want %q", tt.file, tt.wantErrs)
+			}
+			if !reflect.ValueOf(got).IsZero() {
+				t.Errorf("ParseConfig(%s) returned a non-zero Config with an error", tt.file)
+			}
+			text := err.Error()
+			at := 0
+			for _, w := range tt.wantErrs {
+				i := strings.Index(text[at:], w)
+				if i < 0 {
+					t.Fatalf("ParseConfig(%s) error lacks %q (or has it out of order):\n%s", tt.file, w, text)
+				}
+				at += i + len(w)
+			}
+			if tt.file == "invalid_unknown_keys.yaml" || tt.file == "invalid_types.yaml" {
+				// Exactly the listed problems: no validation noise from
+				// keys that merely failed to decode.
+				if n := len(strings.Split(text, "\n")); n != len(tt.wantErrs) {
+					t.Fatalf("ParseConfig(%s) reported %d problems, want %d:\n%s", tt.file, n, len(tt.wantErrs), text)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigErrorGolden(t *testing.T) {
+	_, loadErr := LoadConfig("testdata/invalid_many.yaml")
+	if loadErr == nil {
+		t.Fatal("LoadConfig(testdata/invalid_many.yaml) = nil error")
+	}
+	got := loadErr.Error() + "\n"
+	golden := "testdata/invalid_many.golden"
+	if *updateGolden {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test -run TestConfigErrorGolden -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Fatalf("error text differs from %s (-want +got):\n%s", golden, diff)
+	}
+	// Each problem is its own error, reachable with errors.Join's Unwrap.
+	if n := len(flatten(errors.Unwrap(loadErr))); n != strings.Count(got, "\n")-1 {
+		t.Fatalf("flatten found %d problems, the text has %d lines after the header", n, strings.Count(got, "\n")-1)
+	}
+}
+
+func TestLoadConfigMissingFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nope.yaml")
+	_, err := LoadConfig(path)
+	if err == nil || !strings.Contains(err.Error(), "config: file "+path+" does not exist") {
+		t.Fatalf("LoadConfig(missing) = %v, want a 'does not exist' error", err)
+	}
+}
+
+func TestLoadConfigUnreadable(t *testing.T) {
+	dir := t.TempDir() // a directory cannot be read as a file
+	_, err := LoadConfig(dir)
+	if err == nil || !strings.HasPrefix(err.Error(), "config: read "+dir+": ") {
+		t.Fatalf("LoadConfig(dir) = %v, want a read error", err)
+	}
+}
+
+func TestLoadConfigExpandsProcessEnvironment(t *testing.T) {
+	t.Setenv("SB_TEST_MODEL", "qwen2.5")
+	t.Setenv("SB_TEST_STEPS", "9")
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	body := "llm:\n  model: ${SB_TEST_MODEL}\nagent:\n  max_steps: ${SB_TEST_STEPS}\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LLM.Model != "qwen2.5" || cfg.Agent.MaxSteps != 9 {
+		t.Fatalf("LoadConfig: model %q, max_steps %d; want qwen2.5, 9", cfg.LLM.Model, cfg.Agent.MaxSteps)
+	}
+}
+
+func TestExpandEnv(t *testing.T) {
+	env := envMap(map[string]string{"A": "alpha", "EMPTY": "", "DOLLAR": "$B", "B": "beta"})
+	tests := []struct {
+		in, want, wantErr string
+	}{
+		{in: "plain", want: "plain"},
+		{in: "${A}", want: "alpha"},
+		{in: "x-${A}-${B}-y", want: "x-alpha-beta-y"},
+		{in: "${UNSET}", want: ""},
+		{in: "${UNSET:-fallback}", want: "fallback"},
+		{in: "${EMPTY:-fallback}", want: "fallback"},
+		{in: "${A:-fallback}", want: "alpha"},
+		{in: "${UNSET:-}", want: ""},
+		{in: "${UNSET:-http://h:1/v1 x}", want: "http://h:1/v1 x"},
+		{in: "$$", want: "$"},
+		{in: "$${A}", want: "${A}"},
+		{in: "pa$$word", want: "pa$word"},
+		{in: "${DOLLAR}", want: "$B"}, // values are not expanded again
+		{in: "cost: $5", want: "cost: $5"},
+		{in: "trailing $", want: "trailing $"},
+		{in: "${A", wantErr: `unterminated ${ in "${A"`},
+		{in: "${}", wantErr: "invalid environment variable reference ${}"},
+		{in: "${A B}", wantErr: "invalid environment variable reference ${A B}"},
+		{in: "${A-x}", wantErr: "invalid environment variable reference ${A-x}"},
+	}
+	for _, tt := range tests {
+		got, err := expandEnv(tt.in, env)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("expandEnv(%q) = %q, %v; want error %q", tt.in, got, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("expandEnv(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+func TestEnvValueCannotBreakYAML(t *testing.T) {
+	hostile := "k\"ey'\n  max_steps: 999\n# [x]: {y} &a *b | > %"
+	data := []byte("llm:\n  api_key: ${KEY}\n  model: '${MODEL}'\nagent:\n  max_steps: ${STEPS}\n")
+	cfg, err := ParseConfig(data, envMap(map[string]string{"KEY": hostile, "MODEL": "true", "STEPS": "12"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LLM.APIKey != hostile {
+		t.Errorf("api_key = %q, want the env value verbatim %q", cfg.LLM.APIKey, hostile)
+	}
+	if cfg.LLM.Model != "true" {
+		t.Errorf("model = %q, want the string \"true\"", cfg.LLM.Model)
+	}
+	if cfg.Agent.MaxSteps != 12 {
+		t.Errorf("max_steps = %d, want 12 (an unquoted expansion decodes as a number)", cfg.Agent.MaxSteps)
+	}
+
+	// A value that is not a number is reported against the key.
+	_, err = ParseConfig(data, envMap(map[string]string{"STEPS": "12 # steps"}))
+	if err == nil || !strings.Contains(err.Error(), `agent.max_steps (line 5): must be an integer, got "12 # steps"`) {
+		t.Fatalf("non-numeric env for max_steps: %v", err)
+	}
+
+	// Keys and comments are never expanded.
+	_, err = ParseConfig([]byte("# ${BAD\n${KEY}: 1\n"), envMap(map[string]string{"KEY": "data_dir"}))
+	if err == nil || !strings.Contains(err.Error(), "${KEY} (line 2): unknown key") {
+		t.Fatalf("env reference in a key: %v, want it left as an unknown key", err)
+	}
+}
+
+func TestEnvEmptyMeansUnset(t *testing.T) {
+	data := []byte("bus:\n  listen: ${LISTEN}\nllm:\n  base_url: ${URL}\n")
+	cfg, err := ParseConfig(data, envMap(map[string]string{"LISTEN": "", "URL": ""}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Bus.Listen != "" {
+		t.Errorf("bus.listen = %q, want empty: an empty value overrides the default", cfg.Bus.Listen)
+	}
+	if cfg.LLM.BaseURL != llm.DefaultBaseURL {
+		t.Errorf("llm.base_url = %q, want %q when empty", cfg.LLM.BaseURL, llm.DefaultBaseURL)
+	}
+}
+
+func TestParseConfigNilLookup(t *testing.T) {
+	cfg, err := ParseConfig([]byte("llm:\n  api_key: ${OPENAI_API_KEY}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LLM.APIKey != "" {
+		t.Fatalf("api_key = %q with a nil lookup, want empty", cfg.LLM.APIKey)
+	}
+}
+
+func TestShippedConfigIsDefaults(t *testing.T) {
+	data, err := os.ReadFile(shippedConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseConfig(data, noEnv)
+	if err != nil {
+		t.Fatalf("shipped config.yaml with an empty environment:\n%v", err)
+	}
+	if diff := cmp.Diff(defaultConfig(), got); diff != "" {
+		t.Fatalf("config.yaml and defaultConfig() drifted apart (-defaults +config.yaml):\n%s", diff)
+	}
+}
+
+func TestShippedConfigUsesEnvironment(t *testing.T) {
+	data, err := os.ReadFile(shippedConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseConfig(data, envMap(map[string]string{
+		"OPENAI_BASE_URL":          "http://localhost:11434/v1",
+		"OPENAI_API_KEY":           "sk-123",
+		"OPENAI_MODEL":             "llama3.1",
+		"SWITCHBOARD_BUS_LISTEN":   "0.0.0.0:4222",
+		"SWITCHBOARD_ADMIN_LISTEN": "0.0.0.0:9090",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := defaultConfig()
+	want.LLM.BaseURL = "http://localhost:11434/v1"
+	want.LLM.APIKey = "sk-123"
+	want.LLM.Model = "llama3.1"
+	want.Bus.Listen = "0.0.0.0:4222"
+	want.Admin.Listen = "0.0.0.0:9090"
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("shipped config.yaml with env (-want +got):\n%s", diff)
+	}
+}
+
+// yamlKeys returns the dotted YAML key of every leaf field of t.
+func yamlKeys(t reflect.Type, prefix string) []string {
+	var keys []string
+	for name, idx := range yamlFields(t) {
+		ft := t.FieldByIndex(idx).Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if ft.Kind() == reflect.Struct && ft != reflect.TypeFor[time.Time]() {
+			keys = append(keys, yamlKeys(ft, joinPath(prefix, name))...)
+			continue
+		}
+		keys = append(keys, joinPath(prefix, name))
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// fileKeys returns the dotted key of every leaf of a YAML mapping, each
+// with the line comment of its value.
+func fileKeys(n *yaml.Node, prefix string, out map[string]string) {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		key := joinPath(prefix, k.Value)
+		if v.Kind == yaml.MappingNode {
+			fileKeys(v, key, out)
+			continue
+		}
+		out[key] = v.LineComment + k.LineComment
+	}
+}
+
+func TestShippedConfigDocumentsEveryKey(t *testing.T) {
+	data, err := os.ReadFile(shippedConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	inFile := make(map[string]string)
+	fileKeys(doc.Content[0], "", inFile)
+	var fileList []string
+	for k := range inFile {
+		fileList = append(fileList, k)
+	}
+	sort.Strings(fileList)
+	want := yamlKeys(reflect.TypeFor[Config](), "")
+	if len(want) < 20 {
+		t.Fatalf("yamlKeys found only %d keys: %v", len(want), want)
+	}
+	if diff := cmp.Diff(want, fileList); diff != "" {
+		t.Fatalf("keys of Config vs keys in config.yaml (-Config +config.yaml):\n%s", diff)
+	}
+	for _, k := range fileList {
+		if !strings.HasPrefix(inFile[k], "# default ") {
+			t.Errorf("config.yaml: %s has line comment %q, want one starting with \"# default \"", k, inFile[k])
+		}
+	}
+}
+
+func TestLogger(t *testing.T) {
+	var buf bytes.Buffer
+	cfg := defaultConfig()
+	cfg.Log = LogConfig{Level: "warn", Format: "json"}
+	log := cfg.Logger(&buf)
+	log.Info("hidden")
+	log.Warn("shown", "k", 1)
+	var rec map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+		t.Fatalf("json logger wrote %q: %v", buf.String(), err)
+	}
+	if rec["msg"] != "shown" || rec["level"] != "WARN" || rec["k"] != 1.0 {
+		t.Fatalf("json record = %v", rec)
+	}
+
+	for _, tt := range []struct {
+		level       string
+		debug, info bool
+		errorShown  bool
+	}{
+		{"debug", true, true, true},
+		{"info", false, true, true},
+		{"warn", false, false, true},
+		{"error", false, false, true},
+	} {
+		buf.Reset()
+		cfg.Log = LogConfig{Level: tt.level, Format: "text"}
+		log := cfg.Logger(&buf)
+		log.Debug("d")
+		log.Info("i")
+		log.Error("e")
+		out := buf.String()
+		if got := strings.Contains(out, "msg=d"); got != tt.debug {
+			t.Errorf("level %s: debug shown = %v, want %v", tt.level, got, tt.debug)
+		}
+		if got := strings.Contains(out, "msg=i"); got != tt.info {
+			t.Errorf("level %s: info shown = %v, want %v", tt.level, got, tt.info)
+		}
+		if !strings.Contains(out, "level=ERROR msg=e") {
+			t.Errorf("level %s: text output %q lacks the error record", tt.level, out)
+		}
+	}
+	defaultConfig().Logger(nil).Error("discarded without panicking")
+}
+
+// textValue is a TextUnmarshaler leaf for the generic decoder test.
+type textValue struct{ ip net.IP }
+
+func (v *textValue) UnmarshalText(b []byte) error {
+	v.ip = net.ParseIP(string(b))
+	if v.ip == nil {
+		return errors.New("not an IP")
+	}
+	return nil
+}
+
+type inlineOpts struct {
+	Shared string `yaml:"shared"`
+}
+
+type genericSection struct {
+	Token string `yaml:"token"`
+}
+
+type genericConfig struct {
+	inlineOpts `yaml:",inline"`
+	Section    *genericSection            `yaml:"section"`
+	Off        *genericSection            `yaml:"off"`
+	List       []genericSection           `yaml:"list"`
+	Names      []string                   `yaml:"names"`
+	Map        map[string]genericSection  `yaml:"map"`
+	IP         textValue                  `yaml:"ip"`
+	Flag       bool                       `yaml:"flag"`
+	Count      uint                       `yaml:"count"`
+	Untagged   string                     // key "untagged"
+	Skipped    string                     `yaml:"-"`
+	hidden     string                     // not a key: unexported
+	Nested     map[string]map[string]bool `yaml:"nested"`
+}
+
+func TestDecoderGeneric(t *testing.T) {
+	src := `
+shared: s
+section: {token: t1}
+off:
+list:
+  - token: a
+  - token: b
+names: [x, y]
+map:
+  one: {token: m1}
+ip: 10.0.0.1
+flag: yes
+count: 3
+untagged: u
+nested: {a: {b: true}}
+`
+	var n yaml.Node
+	if err := yaml.Unmarshal([]byte(src), &n); err != nil {
+		t.Fatal(err)
+	}
+	got := genericConfig{Off: &genericSection{Token: "default"}}
+	var d decoder
+	d.decode(n.Content[0], reflect.ValueOf(&got).Elem(), "")
+	if len(d.problems) > 0 {
+		t.Fatalf("decode problems: %v", d.problems[0].err)
+	}
+	want := genericConfig{
+		inlineOpts: inlineOpts{Shared: "s"},
+		Section:    &genericSection{Token: "t1"},
+		List:       []genericSection{{Token: "a"}, {Token: "b"}},
+		Names:      []string{"x", "y"},
+		Map:        map[string]genericSection{"one": {Token: "m1"}},
+		IP:         textValue{ip: net.ParseIP("10.0.0.1")},
+		Flag:       true,
+		Count:      3,
+		Untagged:   "u",
+		Nested:     map[string]map[string]bool{"a": {"b": true}},
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(genericConfig{}, textValue{})); diff != "" {
+		t.Fatalf("decode mismatch (-want +got):\n%s", diff)
+	}
+
+	bad := `
+section: {tokn: x}
+list:
+  - {token: a, extra: 1}
+names: x
+map: [1]
+ip: not-an-ip
+count: -1
+skipped: no
+hidden: no
+flag: maybe
+nested: {a: {b: {c: 1}}}
+`
+	if err := yaml.Unmarshal([]byte(bad), &n); err != nil {
+		t.Fatal(err)
+	}
+	got = genericConfig{}
+	d = decoder{}
+	d.decode(n.Content[0], reflect.ValueOf(&got).Elem(), "")
+	var msgs []string
+	for _, p := range d.problems {
+		msgs = append(msgs, p.err.Error())
+	}
+	wantMsgs := []string{
+		"section.tokn (line 2): unknown key (did you mean token?)",
+		"list[0].extra (line 4): unknown key",
+		`names (line 5): must be a list, got the value "x"`,
+		"map (line 6): must be a mapping, got a list",
+		`ip (line 7): invalid value "not-an-ip": not an IP`,
+		`count (line 8): must be a non-negative integer, got "-1"`,
+		"skipped (line 9): unknown key",
+		"hidden (line 10): unknown key",
+		`flag (line 11): must be true or false, got "maybe"`,
+		"nested.a.b (line 12): must be true or false, got a mapping",
+	}
+	if diff := cmp.Diff(wantMsgs, msgs); diff != "" {
+		t.Fatalf("decode problems (-want +got):\n%s", diff)
+	}
+}
+
+type loop struct {
+	A *loop `yaml:"a"`
+}
+
+func TestDecoderAliasLoop(t *testing.T) {
+	// a: *self, where self is the mapping itself: decoding must stop.
+	m := &yaml.Node{Kind: yaml.MappingNode, Line: 1}
+	m.Content = []*yaml.Node{
+		{Kind: yaml.ScalarNode, Tag: "!!str", Value: "a", Line: 1},
+		{Kind: yaml.AliasNode, Alias: m, Line: 1},
+	}
+	var got loop
+	d := decoder{}
+	d.decode(m, reflect.ValueOf(&got).Elem(), "")
+	if len(d.problems) != 1 || !strings.Contains(d.problems[0].err.Error(), "nested too deeply") {
+		t.Fatalf("decoding a recursive alias: problems %v, want one 'nested too deeply'", d.problems)
+	}
+}
+
+func TestSuggest(t *testing.T) {
+	fields := map[string][]int{"max_steps": nil, "max_context_turns": nil, "workspace": nil}
+	for in, want := range map[string]string{
+		"max_stepz":  "max_steps",
+		"workspce":   "workspace",
+		"max_step":   "max_steps",
+		"completely": "",
+		"":           "",
+	} {
+		if got := suggest(in, fields); got != want {
+			t.Errorf("suggest(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if !slices.Equal(flatten(nil), nil) {
+		t.Error("flatten(nil) is not empty")
+	}
+}

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"switchboard/agent/llm/llmtest"
+	"switchboard/bus"
+	"switchboard/bus/bustest"
+)
+
+var buildOnce struct {
+	sync.Once
+	path string
+	err  error
+}
+
+// buildBinary builds the switchboard binary once per test run.
+func buildBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "switchboard-bin-")
+		if err != nil {
+			buildOnce.err = err
+			return
+		}
+		buildOnce.path = filepath.Join(dir, "switchboard")
+		args := []string{"build", "-o", buildOnce.path}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
+		if err != nil {
+			buildOnce.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildOnce.err != nil {
+		t.Fatal(buildOnce.err)
+	}
+	return buildOnce.path
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// process is one running switchboard binary.
+type process struct {
+	cmd  *exec.Cmd
+	logs *strings.Builder
+	done chan error
+}
+
+func startProcess(t testing.TB, bin, config string) *process {
+	t.Helper()
+	p := &process{cmd: exec.Command(bin, "serve", "--config", config), logs: &strings.Builder{}, done: make(chan error, 1)}
+	w := &lockedWriter{b: p.logs}
+	p.cmd.Stdout, p.cmd.Stderr = w, w
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", w.String())
+		}
+	})
+	return p
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	b  *strings.Builder
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// connectWhenUp connects to the daemon's bus, retrying until it listens.
+func connectWhenUp(t testing.TB, p *process, url string) *nats.Conn {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		nc, err := nats.Connect(url, nats.Timeout(time.Second))
+		if err == nil {
+			js, _ := jetstream.New(nc)
+			if _, err = js.Stream(context.Background(), "CHAT_IN"); err == nil {
+				return nc
+			}
+			nc.Close()
+		}
+		select {
+		case perr := <-p.done:
+			t.Fatalf("daemon exited: %v", perr)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon bus not up: %v", err)
+		}
+	}
+}
+
+func writeConfig(t testing.TB, dir, busAddr, adminAddr, llmURL string) string {
+	t.Helper()
+	cfg := fmt.Sprintf(`data_dir: %s
+log:
+  level: debug
+bus:
+  listen: %q
+admin:
+  listen: %q
+llm:
+  base_url: %s
+  api_key: test
+  model: crash-model
+  max_retries: 0
+agent:
+  workspace: %s
+`, filepath.Join(dir, "data"), busAddr, adminAddr, llmURL, filepath.Join(dir, "workspace"))
+	path := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestCrashMidTurnAnswersExactlyOnce kills the real daemon with SIGKILL while
+// the model is answering, restarts it, and checks that the message gets
+// exactly one final reply and is stored once in history.
+func TestCrashMidTurnAnswersExactlyOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped with -short")
+	}
+	bin := buildBinary(t)
+	model := llmtest.NewServer(t)
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	model.Enqueue(llmtest.Reply{Text: "lost in the crash", Block: hold}, llmtest.TextReply("the answer"), llmtest.TextReply("second answer"))
+
+	dir := t.TempDir()
+	busAddr := freePort(t)
+	config := writeConfig(t, dir, busAddr, "", model.URL())
+	url := "nats://" + busAddr
+
+	p1 := startProcess(t, bin, config)
+	nc := connectWhenUp(t, p1, url)
+	subj := bus.Subjects{Prefix: "chat"}
+	in := bus.Inbound{V: 1, ID: "crash-1", Channel: "console", ChatID: "c1", UserID: "u", Text: "answer me"}
+	bustest.PublishInbound(t, nc, subj, in)
+	model.WaitRequests(t, 1, wait) // the turn is mid-flight
+	nc.Close()
+	if err := p1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p1.done
+
+	p2 := startProcess(t, bin, config)
+	nc = connectWhenUp(t, p2, url)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Follow everything published on CHAT_OUT, before and after the crash.
+	finals := make(chan bus.Outbound, 16)
+	cons, err := js.OrderedConsumer(t.Context(), "CHAT_OUT", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		var o bus.Outbound
+		if json.Unmarshal(m.Data(), &o) == nil && o.Final {
+			finals <- o
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Stop()
+	next := func() bus.Outbound {
+		select {
+		case o := <-finals:
+			return o
+		case <-time.After(wait):
+			t.Fatal("no final reply")
+		case perr := <-p2.done:
+			t.Fatalf("daemon exited: %v", perr)
+		}
+		return bus.Outbound{}
+	}
+	if got := next(); got.InReplyTo != "crash-1" || got.Text != "the answer" {
+		t.Fatalf("first final = %+v", got)
+	}
+	// A second message in the same session is processed after any
+	// duplicate of the first: when its final arrives, no second final for
+	// crash-1 may have come before it.
+	bustest.PublishInbound(t, nc, subj, bus.Inbound{V: 1, ID: "crash-2", Channel: "console", ChatID: "c1", UserID: "u", Text: "again"})
+	if got := next(); got.InReplyTo != "crash-2" {
+		t.Fatalf("second final = %+v (a duplicate final for crash-1?)", got)
+	}
+	cc.Stop()
+	nc.Close()
+
+	if err := p2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p2.done:
+		if err != nil {
+			t.Fatalf("daemon exit after SIGTERM: %v", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("daemon did not stop on SIGTERM")
+	}
+	cfg := defaultConfig()
+	cfg.DataDir = filepath.Join(dir, "data")
+	assertHistoryOnce(t, cfg, "console/c1", "console:crash-1")
+}

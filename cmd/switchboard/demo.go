@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"switchboard/agent/llm/llmtest"
+)
+
+// demoFirstMessage is sent automatically so a newcomer sees a tool round trip.
+const demoFirstMessage = "What is in your workspace?"
+
+// runDemo runs the daemon, a scripted OpenAI-compatible model and the
+// terminal chat in one process, on a throw-away data folder. It is a demo:
+// the "model" is a rule-based script, not a language model.
+func runDemo(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	keep := fs.Bool("keep", false, "keep the temporary data folder")
+	verbose := fs.Bool("v", false, "show the daemon's log")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "switchboard-demo-")
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	if !*keep {
+		defer os.RemoveAll(dir)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("demo: fake model listener: %w", err)
+	}
+	model := llmtest.NewHandler(llmtest.WithResponder(llmtest.DemoResponder))
+	srv := &http.Server{Handler: model, ReadHeaderTimeout: 5 * time.Second}
+
+	cfg := defaultConfig()
+	cfg.DataDir = filepath.Join(dir, "data")
+	cfg.Agent.Workspace = filepath.Join(dir, "workspace")
+	cfg.Bus.Listen = "" // in-process only
+	cfg.Admin.Listen = ""
+	cfg.LLM.BaseURL = "http://" + ln.Addr().String() + "/v1"
+	cfg.LLM.APIKey = "demo"
+	cfg.LLM.Model = "demo-scripted-model"
+	logOut := io.Discard
+	if *verbose {
+		logOut = stderr
+	}
+	log := slog.New(slog.NewTextHandler(logOut, nil))
+
+	fmt.Fprintf(stdout, "=== Switchboard DEMO ===\n"+
+		"This is a demo: the model is a scripted fake (it lists your workspace with a tool, then reports what it found).\n"+
+		"Data and workspace live in %s and are removed on exit%s.\n"+
+		"For a real model run `switchboard serve` with OPENAI_API_KEY set.\n\n", dir, map[bool]string{true: " (unless --keep)", false: ""}[!*keep])
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer scancel()
+		return srv.Shutdown(sctx)
+	})
+	ready := make(chan started, 1)
+	g.Go(func() error { return serve(gctx, cfg, log, func(s started) { ready <- s }) })
+	g.Go(func() error {
+		defer cancel()
+		var s started
+		select {
+		case s = <-ready:
+		case <-gctx.Done():
+			return nil
+		}
+		c := &chatClient{nc: s.Bus.Conn(), subj: s.Bus.Subjects(), chatID: "demo", userID: "you", out: stdout, wait: time.Minute}
+		fmt.Fprintf(stdout, "> %s\n", demoFirstMessage)
+		input := io.MultiReader(strings.NewReader(demoFirstMessage+"\n"), stdin)
+		return c.run(gctx, input)
+	})
+	return g.Wait()
+}

@@ -1,0 +1,434 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"switchboard/agent/llm/llmtest"
+	"switchboard/bus"
+	"switchboard/bus/bustest"
+	"switchboard/memory/boltstore"
+)
+
+const wait = 20 * time.Second
+
+// daemon is one in-process `switchboard serve` for a test.
+type daemon struct {
+	cfg  Config
+	s    started
+	nc   *nats.Conn
+	stop func()
+}
+
+func testConfig(t testing.TB, llmURL string) Config {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := defaultConfig()
+	cfg.DataDir = filepath.Join(dir, "data")
+	cfg.Agent.Workspace = filepath.Join(dir, "workspace")
+	cfg.Agent.DeltaInterval = 20 * time.Millisecond
+	cfg.Bus.Listen = "127.0.0.1:0"
+	cfg.Admin.Listen = "127.0.0.1:0"
+	cfg.LLM.BaseURL = llmURL
+	cfg.LLM.APIKey = "test-key"
+	cfg.LLM.Model = "test-model"
+	cfg.LLM.MaxRetries = 0
+	return cfg
+}
+
+// startDaemon runs serve until the test ends (or stop is called) and
+// connects a client to its bus listener.
+func startDaemon(t testing.TB, cfg Config) *daemon {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan started, 1)
+	done := make(chan error, 1)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	go func() { done <- serve(ctx, cfg, log, func(s started) { ready <- s }) }()
+	d := &daemon{cfg: cfg}
+	select {
+	case d.s = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("serve: %v", err)
+	case <-time.After(wait):
+		cancel()
+		t.Fatal("daemon did not start")
+	}
+	nc, err := nats.Connect(d.s.Bus.ClientURL())
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	d.nc = nc
+	stopped := false
+	d.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		nc.Close()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve returned %v", err)
+			}
+		case <-time.After(wait):
+			t.Error("daemon did not stop")
+		}
+	}
+	t.Cleanup(d.stop)
+	return d
+}
+
+func (d *daemon) subjects() bus.Subjects { return d.s.Bus.Subjects() }
+
+func (d *daemon) collectOut(t *testing.T, chat string) *bustest.Collector {
+	return bustest.Collect(t, d.nc, d.subjects().Out("console", chat))
+}
+
+func (d *daemon) send(t *testing.T, chat, id, text string) bus.Inbound {
+	t.Helper()
+	in := bus.Inbound{V: 1, ID: id, Channel: "console", ChatID: chat, UserID: "u1", UserName: "Ann", Text: text,
+		Meta: map[string]string{"k": "v"}}
+	bustest.PublishInbound(t, d.nc, d.subjects(), in)
+	return in
+}
+
+func finalFor(id string) func(bus.Outbound) bool {
+	return func(o bus.Outbound) bool { return o.InReplyTo == id && o.Final }
+}
+
+func countFinals(outs []bus.Outbound, id string) int {
+	n := 0
+	for _, o := range outs {
+		if o.InReplyTo == id && o.Final {
+			n++
+		}
+	}
+	return n
+}
+
+func TestE2EPlainReply(t *testing.T) {
+	model := llmtest.NewServer(t)
+	model.Enqueue(llmtest.TextReply("Hello, Ann!"))
+	d := startDaemon(t, testConfig(t, model.URL()))
+	out := d.collectOut(t, "c1")
+	d.send(t, "c1", "m1", "hi")
+	got := out.WaitOutbound(t, wait, finalFor("m1"))
+	if got.Kind != bus.KindReply || got.Text != "Hello, Ann!" || got.Meta["k"] != "v" || got.Channel != "console" || got.ChatID != "c1" {
+		t.Fatalf("final = %+v", got)
+	}
+	// Typing came first, with a lower seq.
+	outs := out.Outbounds()
+	if outs[0].Kind != bus.KindTyping || outs[0].Seq >= got.Seq {
+		t.Fatalf("outbounds = %+v", outs)
+	}
+	reqs := model.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d model requests", len(reqs))
+	}
+	sys := reqs[0].Body.Messages[0]
+	if sys.Role != "system" || !strings.Contains(sys.Content, "## AGENT.md") || !strings.Contains(sys.Content, "Channel: console") {
+		t.Fatalf("system prompt = %q", sys.Content)
+	}
+}
+
+func TestE2EToolRoundTrip(t *testing.T) {
+	model := llmtest.NewServer(t)
+	model.Enqueue(
+		llmtest.Reply{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "write_file", Arguments: `{"path":"notes/todo.txt","content":"buy milk"}`}}, ChunkSize: 7},
+		llmtest.TextReply("Saved your note."),
+	)
+	cfg := testConfig(t, model.URL())
+	d := startDaemon(t, cfg)
+	out := d.collectOut(t, "c1")
+	d.send(t, "c1", "m1", "note: buy milk")
+	got := out.WaitOutbound(t, wait, finalFor("m1"))
+	if got.Text != "Saved your note." {
+		t.Fatalf("final = %+v", got)
+	}
+	data, err := os.ReadFile(filepath.Join(cfg.Agent.Workspace, "notes", "todo.txt"))
+	if err != nil || string(data) != "buy milk" {
+		t.Fatalf("file = %q, %v", data, err)
+	}
+	msgs := model.Requests()[1].Body.Messages
+	last := msgs[len(msgs)-1]
+	if last.Role != "tool" || last.ToolCallID != "call_1" || last.Content == "" {
+		t.Fatalf("tool result message = %+v", last)
+	}
+	prev := msgs[len(msgs)-2]
+	if len(prev.ToolCalls) != 1 || prev.ToolCalls[0].Function.Arguments != `{"path":"notes/todo.txt","content":"buy milk"}` {
+		t.Fatalf("assistant tool call = %+v", prev)
+	}
+}
+
+func TestE2EStreamingDeltas(t *testing.T) {
+	model := llmtest.NewServer(t)
+	model.Enqueue(llmtest.Reply{Text: "one two three four five six", ChunkSize: 4, ChunkDelay: 30 * time.Millisecond})
+	d := startDaemon(t, testConfig(t, model.URL()))
+	out := d.collectOut(t, "c1")
+	d.send(t, "c1", "m1", "count")
+	final := out.WaitOutbound(t, wait, finalFor("m1"))
+	var deltas []bus.Outbound
+	for _, o := range out.Outbounds() {
+		if o.Kind == bus.KindDelta {
+			deltas = append(deltas, o)
+		}
+	}
+	if len(deltas) == 0 {
+		t.Fatal("no delta was streamed")
+	}
+	lastSeq := 0
+	for _, dl := range deltas {
+		if !strings.HasPrefix(final.Text, dl.Text) || dl.Seq <= lastSeq || dl.Final {
+			t.Fatalf("bad delta %+v (final %q)", dl, final.Text)
+		}
+		lastSeq = dl.Seq
+	}
+	if final.Seq <= lastSeq {
+		t.Fatalf("final seq %d not after deltas %d", final.Seq, lastSeq)
+	}
+}
+
+func TestE2EPromptEditTakesEffect(t *testing.T) {
+	model := llmtest.NewServer(t)
+	model.Enqueue(llmtest.TextReply("a"), llmtest.TextReply("b"))
+	cfg := testConfig(t, model.URL())
+	d := startDaemon(t, cfg)
+	out := d.collectOut(t, "c1")
+	d.send(t, "c1", "m1", "one")
+	out.WaitOutbound(t, wait, finalFor("m1"))
+	if err := os.WriteFile(filepath.Join(cfg.Agent.Workspace, "RULE.md"), []byte("Always answer like a pirate (rule v2)."), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.send(t, "c1", "m2", "two")
+	out.WaitOutbound(t, wait, finalFor("m2"))
+	reqs := model.Requests()
+	if strings.Contains(reqs[0].Body.Messages[0].Content, "rule v2") || !strings.Contains(reqs[1].Body.Messages[0].Content, "rule v2") {
+		t.Fatal("RULE.md edit not used on the next turn")
+	}
+}
+
+func TestE2EPersistenceAcrossRestart(t *testing.T) {
+	model := llmtest.NewServer(t)
+	model.Enqueue(llmtest.TextReply("Noted: 42."), llmtest.TextReply("It was 42."))
+	cfg := testConfig(t, model.URL())
+	d := startDaemon(t, cfg)
+	out := d.collectOut(t, "c1")
+	d.send(t, "c1", "m1", "remember 42")
+	out.WaitOutbound(t, wait, finalFor("m1"))
+	d.stop()
+
+	d2 := startDaemon(t, cfg)
+	out2 := d2.collectOut(t, "c1")
+	d2.send(t, "c1", "m2", "what number?")
+	out2.WaitOutbound(t, wait, finalFor("m2"))
+	msgs := model.Requests()[1].Body.Messages
+	var roles, texts []string
+	for _, m := range msgs[1:] {
+		roles = append(roles, m.Role)
+		texts = append(texts, m.Content)
+	}
+	if strings.Join(roles, ",") != "user,assistant,user" || texts[0] != "remember 42" || texts[1] != "Noted: 42." {
+		t.Fatalf("history after restart: %v %q", roles, texts)
+	}
+}
+
+func TestE2EDuplicateInboundAnsweredOnce(t *testing.T) {
+	model := llmtest.NewServer(t)
+	model.Enqueue(llmtest.TextReply("first"), llmtest.TextReply("second"))
+	d := startDaemon(t, testConfig(t, model.URL()))
+	out := d.collectOut(t, "c1")
+	in := d.send(t, "c1", "m1", "hello")
+	out.WaitOutbound(t, wait, finalFor("m1"))
+	// Re-publish the same envelope: once with the same Nats-Msg-Id (JetStream
+	// de-duplicates) and once over core NATS without a header (the runtime's
+	// durable receipt de-duplicates).
+	bustest.PublishInbound(t, d.nc, d.subjects(), in)
+	data, _ := json.Marshal(in)
+	if err := d.nc.Publish(d.subjects().In("console", "c1"), data); err != nil {
+		t.Fatal(err)
+	}
+	// Messages of a session are processed in order: once m2 is answered the
+	// duplicates have been handled.
+	d.send(t, "c1", "m2", "next")
+	out.WaitOutbound(t, wait, finalFor("m2"))
+	if n := countFinals(out.Outbounds(), "m1"); n != 1 {
+		t.Fatalf("%d finals for m1", n)
+	}
+	if n := model.RequestCount(); n != 2 {
+		t.Fatalf("model called %d times, want 2", n)
+	}
+	msgs := model.Requests()[1].Body.Messages
+	if len(msgs) != 4 { // system, hello, first, next
+		t.Fatalf("history holds %d messages: %+v", len(msgs), msgs)
+	}
+}
+
+func TestE2EInvalidEnvelopesGoToDLQ(t *testing.T) {
+	model := llmtest.NewServer(t)
+	model.Enqueue(llmtest.TextReply("fine"))
+	d := startDaemon(t, testConfig(t, model.URL()))
+	dlq := bustest.Collect(t, d.nc, d.subjects().DLQAll())
+	subj := d.subjects().In("console", "c1")
+	big := strings.Repeat("x", d.cfg.Bus.MaxTextBytes+1)
+	bad := []string{
+		`not json`,
+		`{"v":2,"id":"a","channel":"console","chat_id":"c1","user_id":"u","text":"x"}`,
+		`{"v":1,"channel":"console","chat_id":"c1","user_id":"u","text":"x"}`,
+		`{"v":1,"id":"b","channel":"slack","chat_id":"c1","user_id":"u","text":"x"}`,
+		`{"v":1,"id":"c","channel":"console","chat_id":"other","user_id":"u","text":"x"}`,
+		`{"v":1,"id":"d","channel":"console","chat_id":"c1","user_id":"u","text":"` + big + `"}`,
+	}
+	for _, b := range bad {
+		if err := d.nc.Publish(subj, []byte(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := 0
+	dlq.WaitFor(t, wait, func(*nats.Msg) bool { seen++; return len(dlq.All()) >= len(bad) })
+	for _, m := range dlq.All() {
+		var rec bus.DLQRecord
+		if err := json.Unmarshal(m.Data, &rec); err != nil || rec.Reason == "" || rec.Subject != subj || len(rec.Payload) > 4096 {
+			t.Fatalf("DLQ record %s: %v", m.Data, err)
+		}
+	}
+	if model.RequestCount() != 0 {
+		t.Fatal("an invalid envelope reached the model")
+	}
+	out := d.collectOut(t, "c1")
+	d.send(t, "c1", "ok", "still alive?")
+	if got := out.WaitOutbound(t, wait, finalFor("ok")); got.Text != "fine" {
+		t.Fatalf("final = %+v", got)
+	}
+}
+
+func TestE2EStopCancelsRunningTurn(t *testing.T) {
+	model := llmtest.NewServer(t)
+	block := make(chan struct{})
+	t.Cleanup(func() { close(block) })
+	model.Enqueue(llmtest.Reply{Text: "never", Block: block}, llmtest.TextReply("after stop"))
+	d := startDaemon(t, testConfig(t, model.URL()))
+	out := d.collectOut(t, "c1")
+	d.send(t, "c1", "m1", "a long task")
+	model.WaitRequests(t, 1, wait)
+	d.send(t, "c1", "s1", "/stop")
+	stop := out.WaitOutbound(t, wait, finalFor("s1"))
+	if stop.Kind != bus.KindNotice || !strings.Contains(stop.Text, "Stopping") {
+		t.Fatalf("/stop answer = %+v", stop)
+	}
+	first := out.WaitOutbound(t, wait, finalFor("m1"))
+	if first.Kind != bus.KindNotice || first.Text != "Stopped." {
+		t.Fatalf("stopped turn final = %+v", first)
+	}
+	// The session goes on, and the stopped turn is in the history.
+	d.send(t, "c1", "m2", "next")
+	if got := out.WaitOutbound(t, wait, finalFor("m2")); got.Text != "after stop" {
+		t.Fatalf("final = %+v", got)
+	}
+	// With nothing running, /stop says so.
+	d.send(t, "c1", "s2", "/stop")
+	if got := out.WaitOutbound(t, wait, finalFor("s2")); !strings.Contains(got.Text, "Nothing is running") {
+		t.Fatalf("/stop answer = %+v", got)
+	}
+}
+
+func TestE2ECommands(t *testing.T) {
+	model := llmtest.NewServer(t)
+	model.Enqueue(llmtest.TextReply("r1"), llmtest.TextReply("r2"))
+	d := startDaemon(t, testConfig(t, model.URL()))
+	out := d.collectOut(t, "c1")
+	d.send(t, "c1", "m1", "first")
+	out.WaitOutbound(t, wait, finalFor("m1"))
+	d.send(t, "c1", "h", "/help")
+	if got := out.WaitOutbound(t, wait, finalFor("h")); !strings.Contains(got.Text, "/new") || got.Kind != bus.KindNotice {
+		t.Fatalf("/help = %+v", got)
+	}
+	d.send(t, "c1", "st", "/status")
+	if got := out.WaitOutbound(t, wait, finalFor("st")); !strings.Contains(got.Text, "Turns in context: 1") {
+		t.Fatalf("/status = %+v", got)
+	}
+	d.send(t, "c1", "n", "/new")
+	out.WaitOutbound(t, wait, finalFor("n"))
+	d.send(t, "c1", "m2", "second")
+	out.WaitOutbound(t, wait, finalFor("m2"))
+	if msgs := model.Requests()[1].Body.Messages; len(msgs) != 2 || msgs[1].Content != "second" {
+		t.Fatalf("after /new the context still holds %d messages", len(msgs))
+	}
+	if model.RequestCount() != 2 {
+		t.Fatal("a command reached the model")
+	}
+}
+
+func TestE2ENotConfiguredExplainsHowToConfigure(t *testing.T) {
+	cfg := testConfig(t, "")
+	cfg.LLM.BaseURL, cfg.LLM.APIKey = "https://api.openai.com/v1", ""
+	d := startDaemon(t, cfg)
+	out := d.collectOut(t, "c1")
+	d.send(t, "c1", "m1", "hi")
+	got := out.WaitOutbound(t, wait, finalFor("m1"))
+	if got.Kind != bus.KindError || !strings.Contains(got.Text, "OPENAI_API_KEY") {
+		t.Fatalf("final = %+v", got)
+	}
+}
+
+// TestE2EHistoryHasNoDuplicates checks the stored history directly.
+func TestE2EHistoryHasNoDuplicates(t *testing.T) {
+	model := llmtest.NewServer(t)
+	model.Enqueue(llmtest.TextReply("one"), llmtest.TextReply("two"))
+	cfg := testConfig(t, model.URL())
+	d := startDaemon(t, cfg)
+	out := d.collectOut(t, "c1")
+	in := d.send(t, "c1", "m1", "hello")
+	out.WaitOutbound(t, wait, finalFor("m1"))
+	data, _ := json.Marshal(in)
+	if err := d.nc.Publish(d.subjects().In("console", "c1"), data); err != nil {
+		t.Fatal(err)
+	}
+	// In-order processing: once m2 is answered the duplicate was handled.
+	d.send(t, "c1", "m2", "next")
+	out.WaitOutbound(t, wait, finalFor("m2"))
+	d.stop()
+	assertHistoryOnce(t, cfg, "console/c1", "console:m1")
+}
+
+// assertHistoryOnce opens the history file and checks the inbound message
+// is stored exactly once.
+func assertHistoryOnce(t *testing.T, cfg Config, session, key string) {
+	t.Helper()
+	st, err := boltstore.Open(filepath.Join(cfg.DataDir, "history.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	snap, err := st.Load(context.Background(), session, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range snap.Messages {
+		if m.InboundID == key {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("history holds %s %d times", key, n)
+	}
+	if _, ok, err := st.Receipt(context.Background(), key); err != nil || !ok {
+		t.Fatalf("no receipt for %s: %v", key, err)
+	}
+}

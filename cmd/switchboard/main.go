@@ -1,0 +1,98 @@
+// Command switchboard is the Switchboard chatbot daemon and its tools.
+//
+//	switchboard [serve] [--config FILE]   run the daemon (default verb)
+//	switchboard chat [--config FILE] [--chat ID]
+//	                                      terminal client over the bus
+//	switchboard check [--config FILE]     validate the config, reach dependencies
+//	switchboard demo                      daemon + scripted model + chat, in one process
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const defaultConfigPath = "./config.yaml"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// errUsage marks a command-line mistake (exit code 2).
+var errUsage = errors.New("usage")
+
+// run dispatches the verb and returns the process exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	verb := "serve"
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		verb, args = args[0], args[1:]
+	}
+	var err error
+	switch verb {
+	case "serve":
+		err = runServe(ctx, args, stderr)
+	case "chat":
+		err = runChat(ctx, args, stdin, stdout, stderr)
+	case "check":
+		return runCheck(ctx, args, stdout)
+	case "demo":
+		err = runDemo(ctx, args, stdin, stdout, stderr)
+	case "help", "-h", "--help":
+		usage(stdout)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "switchboard: unknown verb %q\n\n", verb)
+		usage(stderr)
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(stderr, "switchboard:", err)
+		return 2
+	default:
+		fmt.Fprintln(stderr, "switchboard:", err)
+		return 1
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `Switchboard — a chatbot daemon driven by a message queue.
+
+Usage:
+  switchboard [serve] [--config FILE]              run the daemon (default: ./config.yaml)
+  switchboard chat [--config FILE] [--chat ID]     chat with a running daemon over the bus
+  switchboard check [--config FILE]                validate the config and reach its dependencies
+  switchboard demo                                 a self-contained demo with a scripted model
+`)
+}
+
+// configFlag registers --config on fs.
+func configFlag(fs *flag.FlagSet) *string {
+	return fs.String("config", defaultConfigPath, "configuration file")
+}
+
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	return nil
+}

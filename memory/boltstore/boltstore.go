@@ -1,0 +1,595 @@
+// Package boltstore implements [memory.Store] on a bbolt file.
+//
+// Layout (one bucket per concern, not one bucket per session):
+//
+//	msgs      session + 0x00 + big-endian uint64 seq -> JSON memory.Message
+//	sessions  session -> JSON meta {last seq, context start, turns since
+//	          start, summary, last active}
+//	receipts  receipt key -> JSON memory.Receipt
+//
+// Writes go through bbolt's DB.Batch so concurrent sessions share one
+// transaction and one fsync (group commit); a lone writer skips the batch
+// delay and commits at once. Reads walk a reverse cursor from a session's
+// last message and stop at the context start or after the requested number
+// of whole turns, so loading never scans the whole history.
+package boltstore
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"switchboard/memory"
+)
+
+// Bucket names.
+var (
+	bucketMsgs     = []byte("msgs")
+	bucketSessions = []byte("sessions")
+	bucketReceipts = []byte("receipts")
+)
+
+// Defaults for [Options].
+const (
+	DefaultMaxBatchDelay = 2 * time.Millisecond
+	DefaultLockTimeout   = time.Second
+)
+
+// pruneChunk bounds the receipts scanned by one PruneReceipts transaction.
+const pruneChunk = 1000
+
+// Options tune [Open]. The zero value is ready to use.
+type Options struct {
+	// MaxBatchDelay is how long a commit waits for others to join its
+	// transaction when several are in flight (default 2ms).
+	MaxBatchDelay time.Duration
+	// LockTimeout is how long Open waits for the file lock held by another
+	// process or another Open of the same file (default 1s).
+	LockTimeout time.Duration
+	// NoSync skips fsync on commit. Unsafe: a crash may lose or corrupt
+	// data. For benchmarks and bulk loads only.
+	NoSync bool
+}
+
+// Store is a [memory.Store] backed by one bbolt file. It is safe for
+// concurrent use. The caller owns it and must Close it.
+type Store struct {
+	db   *bolt.DB
+	path string
+
+	// mu is held for reading by every operation and for writing by Close,
+	// so Close waits for operations in flight and later calls see closed.
+	mu     sync.RWMutex
+	closed bool
+
+	// inflight counts writes in progress; a write that finds no other one
+	// commits directly instead of waiting MaxBatchDelay for company.
+	inflight atomic.Int64
+}
+
+var (
+	_ memory.Store         = (*Store)(nil)
+	_ memory.Compactor     = (*Store)(nil)
+	_ memory.ReceiptPruner = (*Store)(nil)
+)
+
+// sessionMeta is the value stored in the sessions bucket.
+type sessionMeta struct {
+	Last       uint64    `json:"last"`  // seq of the last message (0: none)
+	Start      uint64    `json:"start"` // messages with seq > Start are in the context
+	Turns      int       `json:"turns"` // turns since Start
+	Summary    string    `json:"summary,omitempty"`
+	LastActive time.Time `json:"last_active"`
+}
+
+// Open opens (creating if needed) the bbolt file at path and its parent
+// folders. If another process holds the file, Open fails after
+// opts.LockTimeout with an error saying the file is locked.
+func Open(path string, opts Options) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("boltstore: open: path is empty")
+	}
+	if opts.MaxBatchDelay < 0 {
+		return nil, fmt.Errorf("boltstore: open %s: max_batch_delay must be >= 0, got %s", path, opts.MaxBatchDelay)
+	}
+	if opts.LockTimeout < 0 {
+		return nil, fmt.Errorf("boltstore: open %s: lock_timeout must be >= 0, got %s", path, opts.LockTimeout)
+	}
+	if opts.MaxBatchDelay == 0 {
+		opts.MaxBatchDelay = DefaultMaxBatchDelay
+	}
+	if opts.LockTimeout == 0 {
+		opts.LockTimeout = DefaultLockTimeout
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("boltstore: open %s: create folder: %w", path, err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:      opts.LockTimeout,
+		NoSync:       opts.NoSync,
+		FreelistType: bolt.FreelistMapType,
+	})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("boltstore: data file %s is locked by another process (waited %s): %w", path, opts.LockTimeout, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
+	}
+	db.MaxBatchDelay = opts.MaxBatchDelay
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketMsgs, bucketSessions, bucketReceipts} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return fmt.Errorf("bucket %s: %w", name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
+	}
+	return &Store{db: db, path: path}, nil
+}
+
+// Path returns the file the store was opened on.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the file. It waits for operations in flight, is idempotent,
+// and every other method returns [memory.ErrClosed] afterwards.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("boltstore: close %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// begin takes the read side of mu and fails if the store is closed. The
+// caller must call s.mu.RUnlock when it returns nil.
+func (s *Store) begin(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return memory.ErrClosed
+	}
+	return nil
+}
+
+// write commits fn durably. Concurrent writers share a DB.Batch
+// transaction; a writer alone commits directly. fn may run more than once
+// and must compute everything from bucket state.
+func (s *Store) write(fn func(*bolt.Tx) error) error {
+	defer s.inflight.Add(-1)
+	if s.inflight.Add(1) == 1 {
+		return s.db.Update(fn)
+	}
+	return s.db.Batch(fn)
+}
+
+// CommitTurn implements [memory.Store]. It validates rec (errors wrap
+// [memory.ErrInvalid]), fills zero message and receipt times with the
+// commit time, and returns a wrapped [memory.ErrDuplicate] without writing
+// anything when the receipt key exists.
+func (s *Store) CommitTurn(ctx context.Context, rec memory.TurnRecord) error {
+	if err := rec.Validate(); err != nil {
+		return fmt.Errorf("boltstore: commit turn: %w", err)
+	}
+	now := time.Now()
+	msgs := make([][]byte, len(rec.Messages))
+	turns := 0
+	for i, m := range rec.Messages {
+		if m.Time.IsZero() {
+			m.Time = now
+		}
+		if m.TurnStart {
+			turns++
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			return fmt.Errorf("boltstore: commit turn %q: encode messages[%d]: %w", rec.Receipt.Key, i, err)
+		}
+		msgs[i] = b
+	}
+	r := rec.Receipt
+	r.Session = rec.Session
+	if r.Time.IsZero() {
+		r.Time = now
+	}
+	receipt, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("boltstore: commit turn %q: encode receipt: %w", rec.Receipt.Key, err)
+	}
+	rkey := []byte(r.Key)
+	skey := []byte(rec.Session)
+
+	if err := s.begin(ctx); err != nil {
+		return fmt.Errorf("boltstore: commit turn %q: %w", r.Key, err)
+	}
+	defer s.mu.RUnlock()
+
+	var dup bool
+	err = s.write(func(tx *bolt.Tx) error {
+		dup = false
+		receipts := tx.Bucket(bucketReceipts)
+		if receipts.Get(rkey) != nil {
+			dup = true
+			return nil
+		}
+		sessions := tx.Bucket(bucketSessions)
+		meta, _, err := getMeta(sessions, skey)
+		if err != nil {
+			return err
+		}
+		if rec.Fresh {
+			meta.Start = meta.Last
+			meta.Turns = 0
+			meta.Summary = ""
+		}
+		bucket := tx.Bucket(bucketMsgs)
+		for _, m := range msgs {
+			meta.Last++
+			if err := bucket.Put(msgKey(skey, meta.Last), m); err != nil {
+				return fmt.Errorf("put message %d: %w", meta.Last, err)
+			}
+		}
+		meta.Turns += turns
+		meta.LastActive = now
+		if err := putMeta(sessions, skey, meta); err != nil {
+			return err
+		}
+		if err := receipts.Put(rkey, receipt); err != nil {
+			return fmt.Errorf("put receipt: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("boltstore: commit turn %q of session %q: %w", r.Key, rec.Session, err)
+	}
+	if dup {
+		return fmt.Errorf("boltstore: commit turn %q: %w", r.Key, memory.ErrDuplicate)
+	}
+	return nil
+}
+
+// Load implements [memory.Store]. maxTurns must be >= 0; 0 returns the
+// summary and counters without messages. An unknown session yields an empty
+// snapshot. A stored record that cannot be decoded is an error wrapping
+// [memory.ErrInvalid].
+func (s *Store) Load(ctx context.Context, session string, maxTurns int) (memory.Snapshot, error) {
+	if err := memory.ValidateSession(session); err != nil {
+		return memory.Snapshot{}, fmt.Errorf("boltstore: load: %w", err)
+	}
+	if maxTurns < 0 {
+		return memory.Snapshot{}, fmt.Errorf("boltstore: load %q: maxTurns must be >= 0, got %d", session, maxTurns)
+	}
+	if err := s.begin(ctx); err != nil {
+		return memory.Snapshot{}, fmt.Errorf("boltstore: load %q: %w", session, err)
+	}
+	defer s.mu.RUnlock()
+
+	skey := []byte(session)
+	var snap memory.Snapshot
+	err := s.db.View(func(tx *bolt.Tx) error {
+		meta, ok, err := getMeta(tx.Bucket(bucketSessions), skey)
+		if err != nil || !ok {
+			return err
+		}
+		snap.Summary = meta.Summary
+		snap.Turns = meta.Turns
+		snap.LastActive = meta.LastActive
+		if maxTurns == 0 || meta.Last <= meta.Start {
+			return nil
+		}
+		turns := 0
+		err = walkBack(tx.Bucket(bucketMsgs), skey, meta, func(seq uint64, v []byte) (bool, error) {
+			var m memory.Message
+			if err := json.Unmarshal(v, &m); err != nil {
+				return false, fmt.Errorf("message %d: %w: %v", seq, memory.ErrInvalid, err)
+			}
+			snap.Messages = append(snap.Messages, m)
+			if m.TurnStart {
+				turns++
+			}
+			return turns < maxTurns, nil
+		})
+		return err
+	})
+	if err != nil {
+		return memory.Snapshot{}, fmt.Errorf("boltstore: load %q: %w", session, err)
+	}
+	// Collected newest first; return oldest first.
+	for i, j := 0, len(snap.Messages)-1; i < j; i, j = i+1, j-1 {
+		snap.Messages[i], snap.Messages[j] = snap.Messages[j], snap.Messages[i]
+	}
+	return snap, nil
+}
+
+// walkBack calls fn for the session's messages after the context start,
+// newest first, until fn returns false or an error. Values are valid only
+// during the call.
+func walkBack(b *bolt.Bucket, skey []byte, meta sessionMeta, fn func(seq uint64, v []byte) (bool, error)) error {
+	c := b.Cursor()
+	// Position on the last key <= msgKey(last).
+	k, v := c.Seek(msgKey(skey, meta.Last+1))
+	if k == nil {
+		k, v = c.Last()
+	} else {
+		k, v = c.Prev()
+	}
+	for ; k != nil; k, v = c.Prev() {
+		seq, ok := parseMsgKey(k, skey)
+		if !ok || seq <= meta.Start {
+			return nil
+		}
+		more, err := fn(seq, v)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// Receipt implements [memory.Store].
+func (s *Store) Receipt(ctx context.Context, key string) (memory.Receipt, bool, error) {
+	if err := memory.ValidateReceiptKey(key); err != nil {
+		return memory.Receipt{}, false, fmt.Errorf("boltstore: receipt: %w", err)
+	}
+	if err := s.begin(ctx); err != nil {
+		return memory.Receipt{}, false, fmt.Errorf("boltstore: receipt %q: %w", key, err)
+	}
+	defer s.mu.RUnlock()
+	var (
+		r  memory.Receipt
+		ok bool
+	)
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketReceipts).Get([]byte(key))
+		if v == nil {
+			return nil
+		}
+		ok = true
+		if err := json.Unmarshal(v, &r); err != nil {
+			return fmt.Errorf("%w: %v", memory.ErrInvalid, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return memory.Receipt{}, false, fmt.Errorf("boltstore: receipt %q: %w", key, err)
+	}
+	return r, ok, nil
+}
+
+// MarkPublished implements [memory.Store]. An unknown key is an error
+// wrapping [memory.ErrNotFound]; marking twice is not an error.
+func (s *Store) MarkPublished(ctx context.Context, key string) error {
+	if err := memory.ValidateReceiptKey(key); err != nil {
+		return fmt.Errorf("boltstore: mark published: %w", err)
+	}
+	if err := s.begin(ctx); err != nil {
+		return fmt.Errorf("boltstore: mark published %q: %w", key, err)
+	}
+	defer s.mu.RUnlock()
+	rkey := []byte(key)
+	var notFound bool
+	err := s.write(func(tx *bolt.Tx) error {
+		notFound = false
+		b := tx.Bucket(bucketReceipts)
+		v := b.Get(rkey)
+		if v == nil {
+			notFound = true
+			return nil
+		}
+		var r memory.Receipt
+		if err := json.Unmarshal(v, &r); err != nil {
+			return fmt.Errorf("%w: %v", memory.ErrInvalid, err)
+		}
+		if r.Published {
+			return nil
+		}
+		r.Published = true
+		nv, err := json.Marshal(r)
+		if err != nil {
+			return fmt.Errorf("encode receipt: %w", err)
+		}
+		return b.Put(rkey, nv)
+	})
+	if err != nil {
+		return fmt.Errorf("boltstore: mark published %q: %w", key, err)
+	}
+	if notFound {
+		return fmt.Errorf("boltstore: mark published %q: %w", key, memory.ErrNotFound)
+	}
+	return nil
+}
+
+// Compact implements [memory.Compactor].
+func (s *Store) Compact(ctx context.Context, session, summary string, keepTurns int) error {
+	if err := memory.ValidateSession(session); err != nil {
+		return fmt.Errorf("boltstore: compact: %w", err)
+	}
+	if keepTurns < 0 {
+		return fmt.Errorf("boltstore: compact %q: keepTurns must be >= 0, got %d", session, keepTurns)
+	}
+	if err := s.begin(ctx); err != nil {
+		return fmt.Errorf("boltstore: compact %q: %w", session, err)
+	}
+	defer s.mu.RUnlock()
+	skey := []byte(session)
+	var notFound bool
+	err := s.write(func(tx *bolt.Tx) error {
+		notFound = false
+		sessions := tx.Bucket(bucketSessions)
+		meta, ok, err := getMeta(sessions, skey)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			notFound = true
+			return nil
+		}
+		meta.Summary = summary
+		if keepTurns == 0 {
+			meta.Start, meta.Turns = meta.Last, 0
+			return putMeta(sessions, skey, meta)
+		}
+		turns := 0
+		newStart := meta.Start
+		err = walkBack(tx.Bucket(bucketMsgs), skey, meta, func(seq uint64, v []byte) (bool, error) {
+			var m struct {
+				TurnStart bool `json:"turn_start"`
+			}
+			if err := json.Unmarshal(v, &m); err != nil {
+				return false, fmt.Errorf("message %d: %w: %v", seq, memory.ErrInvalid, err)
+			}
+			if m.TurnStart {
+				turns++
+				if turns == keepTurns {
+					newStart = seq - 1
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		if turns == keepTurns {
+			meta.Start, meta.Turns = newStart, keepTurns
+		}
+		return putMeta(sessions, skey, meta)
+	})
+	if err != nil {
+		return fmt.Errorf("boltstore: compact %q: %w", session, err)
+	}
+	if notFound {
+		return fmt.Errorf("boltstore: compact %q: %w", session, memory.ErrNotFound)
+	}
+	return nil
+}
+
+// PruneReceipts implements [memory.ReceiptPruner]. Each transaction scans
+// at most 1000 receipts, so a large prune never holds the writer for long;
+// ctx is checked between transactions. Receipts that cannot be decoded are
+// kept.
+func (s *Store) PruneReceipts(ctx context.Context, before time.Time) (int, error) {
+	var (
+		total int
+		from  []byte
+	)
+	for {
+		n, next, err := s.pruneChunk(ctx, from, before)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("boltstore: prune receipts: %w", err)
+		}
+		if next == nil {
+			return total, nil
+		}
+		from = next
+	}
+}
+
+// pruneChunk deletes old receipts among at most pruneChunk keys starting at
+// from. It returns the key to resume at, or nil when the scan is done.
+func (s *Store) pruneChunk(ctx context.Context, from []byte, before time.Time) (int, []byte, error) {
+	if err := s.begin(ctx); err != nil {
+		return 0, nil, err
+	}
+	defer s.mu.RUnlock()
+	var (
+		deleted int
+		next    []byte
+	)
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketReceipts)
+		c := b.Cursor()
+		var old [][]byte
+		k, v := c.First()
+		if from != nil {
+			k, v = c.Seek(from)
+		}
+		for i := 0; k != nil; k, v = c.Next() {
+			if i == pruneChunk {
+				next = append([]byte(nil), k...)
+				break
+			}
+			i++
+			var r struct {
+				Time time.Time `json:"time"`
+			}
+			if json.Unmarshal(v, &r) == nil && r.Time.Before(before) {
+				old = append(old, append([]byte(nil), k...))
+			}
+		}
+		for _, k := range old {
+			if err := b.Delete(k); err != nil {
+				return fmt.Errorf("delete receipt %q: %w", k, err)
+			}
+		}
+		deleted = len(old)
+		return nil
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	return deleted, next, nil
+}
+
+func msgKey(skey []byte, seq uint64) []byte {
+	k := make([]byte, len(skey)+1+8)
+	copy(k, skey)
+	binary.BigEndian.PutUint64(k[len(skey)+1:], seq)
+	return k
+}
+
+// parseMsgKey returns the seq of k if k belongs to the session skey.
+func parseMsgKey(k, skey []byte) (uint64, bool) {
+	if len(k) != len(skey)+9 || k[len(skey)] != 0 || string(k[:len(skey)]) != string(skey) {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(k[len(skey)+1:]), true
+}
+
+func getMeta(b *bolt.Bucket, skey []byte) (sessionMeta, bool, error) {
+	var meta sessionMeta
+	v := b.Get(skey)
+	if v == nil {
+		return meta, false, nil
+	}
+	if err := json.Unmarshal(v, &meta); err != nil {
+		return meta, false, fmt.Errorf("session meta: %w: %v", memory.ErrInvalid, err)
+	}
+	if meta.Start > meta.Last || meta.Turns < 0 {
+		return meta, false, fmt.Errorf("session meta: %w: start %d, last %d, turns %d", memory.ErrInvalid, meta.Start, meta.Last, meta.Turns)
+	}
+	return meta, true, nil
+}
+
+func putMeta(b *bolt.Bucket, skey []byte, meta sessionMeta) error {
+	v, err := json.Marshal(meta)
+	if err != nil {
+		return fmt.Errorf("encode session meta: %w", err)
+	}
+	if err := b.Put(skey, v); err != nil {
+		return fmt.Errorf("put session meta: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+package files
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"switchboard/tools"
+	"switchboard/workspace"
+)
+
+type writeFile struct{ ws *workspace.Workspace }
+
+func (*writeFile) Name() string { return "write_file" }
+
+func (*writeFile) Description() string {
+	return "Create or overwrite a file in the workspace with the given content, creating parent folders as needed. " +
+		"Overwriting replaces the whole file; to change part of a file use edit_file."
+}
+
+func (*writeFile) Schema() json.RawMessage {
+	return json.RawMessage(`{"type":"object","properties":{` +
+		`"path":{"type":"string","description":"File path relative to the workspace."},` +
+		`"content":{"type":"string","description":"The complete new content of the file."}` +
+		`},"required":["path","content"],"additionalProperties":false}`)
+}
+
+func (*writeFile) Permission() string { return tools.PermWrite }
+func (*writeFile) ParallelSafe() bool { return false }
+
+type writeArgs struct {
+	Path    string  `json:"path"`
+	Content *string `json:"content"`
+}
+
+func (t *writeFile) Run(ctx context.Context, call tools.Call) (tools.Result, error) {
+	var a writeArgs
+	if err := tools.DecodeArgs(call.Args, &a); err != nil {
+		return tools.Result{}, err
+	}
+	rel, err := resolve(t.ws, a.Path, true)
+	if err != nil {
+		return tools.Result{}, err
+	}
+	if a.Content == nil {
+		return tools.Result{}, fmt.Errorf("%w: content is required (use \"\" for an empty file)", tools.ErrBadArgs)
+	}
+	if rel == "." {
+		return tools.Result{}, fmt.Errorf("%w: path must name a file, not the workspace folder", tools.ErrBadArgs)
+	}
+	if err := ctx.Err(); err != nil {
+		return tools.Result{}, err
+	}
+	name := display(rel)
+	existed, err := writeWhole(t.ws.Root(), rel, []byte(*a.Content))
+	if err != nil {
+		return tools.Result{}, describe("write", name, err)
+	}
+	verb := "Created"
+	if existed {
+		verb = "Overwrote"
+	}
+	return tools.Result{Text: fmt.Sprintf("%s %s (%d bytes written)", verb, name, len(*a.Content))}, nil
+}
+
+// writeWhole replaces the content of rel, creating it and its parent
+// folders if needed, and reports whether the file existed.
+func writeWhole(root *os.Root, rel string, data []byte) (bool, error) {
+	if dir := filepath.Dir(rel); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return false, err
+		}
+	}
+	existed := false
+	if fi, err := root.Stat(rel); err == nil {
+		if fi.IsDir() {
+			return false, fmt.Errorf("is a directory")
+		}
+		existed = true
+	}
+	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return false, err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return existed, err
+}
