@@ -5,7 +5,7 @@
 #   docker run --rm -e OPENAI_API_KEY -p 127.0.0.1:9090:9090 -p 127.0.0.1:4222:4222 \
 #     -v switchboard-data:/var/lib/switchboard switchboard
 #
-# State (data_dir ./data and agent.workspace ./workspace, relative to the
+# State (data_dir ./data and agent.workspace ./data/workspace, relative to the
 # working directory) lives in the volume /var/lib/switchboard. The shipped
 # config.yaml is at /etc/switchboard/config.yaml; mount your own folder there
 # to replace it. The bus and admin listeners bind 0.0.0.0 inside the
@@ -22,7 +22,7 @@ COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/switchboard ./cmd/switchboard
 # Folders the final stage copies with their owner, since distroless has no
 # shell to create them.
-RUN mkdir -p /out/state/data /out/state/workspace /out/etc \
+RUN mkdir -p /out/state/data/workspace /out/etc \
 	&& cp config.yaml /out/etc/config.yaml
 
 FROM gcr.io/distroless/static-debian12:nonroot

@@ -28,7 +28,7 @@ type Config struct {
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		Workspace:          "./workspace",
+		Workspace:          "./data/workspace",
 		MaxSteps:           30,
 		MaxConcurrentTurns: 64,
 		SessionIdle:        10 * time.Minute,

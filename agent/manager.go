@@ -169,15 +169,11 @@ func (m *Manager) dispatch(ctx context.Context, d bus.Delivery) {
 // reject sends an invalid message to the DLQ and removes it from the stream.
 // Garbage never stops the daemon and never reaches the model.
 func (m *Manager) reject(ctx context.Context, d bus.Delivery, reason error) {
-	channel := "_invalid"
-	if ch, _, err := m.opt.Subjects.ParseIn(d.Subject()); err == nil && bus.ValidChannel(ch) {
-		channel = ch
-	}
 	rec := bus.NewDLQRecord(d.Subject(), d.Data(), reason, m.opt.Now().UTC())
 	data, err := json.Marshal(rec)
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err = m.deps.Publisher.Publish(pctx, m.opt.Subjects.DLQ(channel), data, "")
+		err = m.deps.Publisher.Publish(pctx, m.opt.Subjects.DLQFor(d.Subject()), data, "")
 		cancel()
 	}
 	if err != nil {

@@ -8,11 +8,11 @@ import (
 // DefaultPrefix is the default first subject token (config bus.subject_prefix).
 const DefaultPrefix = "chat"
 
-// UnknownChannel is the channel token used for the dead-letter subject of a
+// InvalidChannel is the channel token used for the dead-letter subject of a
 // message whose subject carries no valid channel token (see [Subjects.DLQ]
 // and [Subjects.DLQFor]). It matches [ValidChannel], so the DLQ subject built
-// from it is well-formed; bridges should not name a channel "_unknown".
-const UnknownChannel = "_unknown"
+// from it is well-formed; bridges should not name a channel "_invalid".
+const InvalidChannel = "_invalid"
 
 // MaxChannelBytes is the longest channel instance name ([ValidChannel]).
 const MaxChannelBytes = 32
@@ -52,22 +52,22 @@ func (s Subjects) Event(channel, chatID string) string {
 }
 
 // DLQ returns the dead-letter subject of a channel: "<p>.dlq.<channel>".
-// A channel that fails [ValidChannel] is replaced by [UnknownChannel].
+// A channel that fails [ValidChannel] is replaced by [InvalidChannel].
 func (s Subjects) DLQ(channel string) string {
 	if !ValidChannel(channel) {
-		channel = UnknownChannel
+		channel = InvalidChannel
 	}
 	return s.Prefix + ".dlq." + channel
 }
 
 // DLQFor returns the dead-letter subject for a message received on subject:
 // [Subjects.DLQ] of the subject's channel token when the subject has the
-// inbound shape "<p>.in.<channel>...", else DLQ([UnknownChannel]). Use it
+// inbound shape "<p>.in.<channel>...", else DLQ([InvalidChannel]). Use it
 // when [Subjects.ParseIn] or [ParseInbound] rejected the message.
 func (s Subjects) DLQFor(subject string) string {
 	rest, ok := strings.CutPrefix(subject, s.Prefix+".in.")
 	if !ok {
-		return s.DLQ(UnknownChannel)
+		return s.DLQ(InvalidChannel)
 	}
 	channel, _, _ := strings.Cut(rest, ".")
 	return s.DLQ(channel)

@@ -120,7 +120,7 @@ func TestSubjects(t *testing.T) {
 		{s.Out("slack", "C01/T9"), "chat.out.slack.C01%2FT9"},
 		{s.Event("console", "demo"), "chat.event.console.demo"},
 		{s.DLQ("wechat"), "chat.dlq.wechat"},
-		{s.DLQ("Not Valid"), "chat.dlq._unknown"},
+		{s.DLQ("Not Valid"), "chat.dlq._invalid"},
 		{s.InAll(), "chat.in.>"},
 		{s.OutAll(), "chat.out.>"},
 		{s.EventAll(), "chat.event.>"},
@@ -144,9 +144,9 @@ func TestDLQFor(t *testing.T) {
 		{"chat.in.wechat.x", "chat.dlq.wechat"},
 		{"chat.in.wechat.x.y", "chat.dlq.wechat"},
 		{"chat.in.wechat", "chat.dlq.wechat"},
-		{"chat.in.BAD.x", "chat.dlq._unknown"},
-		{"other.in.wechat.x", "chat.dlq._unknown"},
-		{"chat.out.wechat.x", "chat.dlq._unknown"},
+		{"chat.in.BAD.x", "chat.dlq._invalid"},
+		{"other.in.wechat.x", "chat.dlq._invalid"},
+		{"chat.out.wechat.x", "chat.dlq._invalid"},
 	}
 	for _, tt := range tests {
 		if got := s.DLQFor(tt.subject); got != tt.want {

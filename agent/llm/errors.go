@@ -274,9 +274,11 @@ type attemptError struct {
 	wait      time.Duration // server-requested wait (Retry-After), 0 for backoff
 }
 
-// classify turns the error of one attempt into an attemptError. sent
-// reports whether the request reached the HTTP client; errors before that
-// (building or validating the request) are never retried.
+// classify turns the error of one attempt into an attemptError. ctx is the
+// call's context, attemptCtx the attempt's (whose cancellation cause tells
+// an idle stream from a timed-out one), c what the HTTP layer saw. Errors
+// raised before the request reached the HTTP client (building or
+// validating it) are never retried.
 func classify(ctx, attemptCtx context.Context, err error, c *capture, now time.Time, idle, timeout time.Duration) attemptError {
 	if ctx.Err() != nil {
 		return attemptError{err: fmt.Errorf("llm: %w", ctx.Err())}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -21,11 +22,13 @@ import (
 	"switchboard/bus"
 )
 
-// BenchmarkTurns pushes b.N user messages spread over N sessions through the
-// whole daemon (embedded NATS with JetStream, durable bbolt history, the
-// executor, the OpenAI-compatible scripted model over HTTP at zero latency)
-// and reports turns/s, the added latency from publish to final reply, and
-// the process's RSS.
+// BenchmarkTurns runs N sessions, each sending its messages one after the
+// other (the next as soon as the previous one's final reply arrived), through
+// the whole daemon: embedded NATS with JetStream, durable bbolt history, the
+// executor, and the OpenAI-compatible scripted model over HTTP at zero
+// latency. b.N is the total number of turns. It reports turns/s, the latency
+// from publish to final reply (what Switchboard adds on top of the model),
+// and the RSS of the test process (daemon, model and clients together).
 //
 //	go test ./cmd/switchboard -run '^$' -bench Turns -benchtime 20000x
 func BenchmarkTurns(b *testing.B) {
@@ -35,7 +38,7 @@ func BenchmarkTurns(b *testing.B) {
 }
 
 func benchTurns(b *testing.B, sessions int) {
-	model := llmtest.NewServer(b, llmtest.WithResponder(llmtest.EchoResponder))
+	model := llmtest.NewServer(b, llmtest.WithResponder(llmtest.EchoResponder), llmtest.WithRecordLimit(0))
 	cfg := testConfig(b, model.URL())
 	d := startDaemon(b, cfg)
 	js, err := jetstream.New(d.nc)
@@ -43,26 +46,23 @@ func benchTurns(b *testing.B, sessions int) {
 		b.Fatal(err)
 	}
 	subj := d.subjects()
-
-	var mu sync.Mutex
-	sent := make(map[string]time.Time, b.N)
-	lat := make([]time.Duration, 0, b.N)
-	all := make(chan struct{})
+	if sessions > b.N {
+		sessions = b.N
+	}
+	// One channel per session receives that session's final replies.
+	finals := make([]chan struct{}, sessions)
+	for i := range finals {
+		finals[i] = make(chan struct{}, 1)
+	}
 	sub, err := d.nc.Subscribe(subj.OutAll(), func(m *nats.Msg) {
 		var o bus.Outbound
 		if json.Unmarshal(m.Data, &o) != nil || !o.Final {
 			return
 		}
-		now := time.Now()
-		mu.Lock()
-		if t0, ok := sent[o.InReplyTo]; ok {
-			lat = append(lat, now.Sub(t0))
-			delete(sent, o.InReplyTo)
-			if len(lat) == b.N {
-				close(all)
-			}
+		i, err := strconv.Atoi(strings.TrimPrefix(o.ChatID, "s"))
+		if err == nil && i >= 0 && i < sessions {
+			finals[i] <- struct{}{}
 		}
-		mu.Unlock()
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -72,34 +72,51 @@ func benchTurns(b *testing.B, sessions int) {
 		b.Fatal(err)
 	}
 
+	var mu sync.Mutex
+	lat := make([]time.Duration, 0, b.N)
+	var wg sync.WaitGroup
+	errs := make(chan error, sessions)
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
-	for i := range b.N {
-		chat := "s" + strconv.Itoa(i%sessions)
-		id := "b" + strconv.Itoa(i)
-		in := bus.Inbound{V: 1, ID: id, Channel: "console", ChatID: chat, UserID: "u", Text: "ping " + id}
-		data, _ := json.Marshal(in)
-		mu.Lock()
-		sent[id] = time.Now()
-		mu.Unlock()
-		if _, err := js.PublishAsync(subj.In("console", chat), data, jetstream.WithMsgID(in.DedupKey())); err != nil {
-			b.Fatal(err)
+	for s := range sessions {
+		n := b.N / sessions
+		if s < b.N%sessions {
+			n++
 		}
+		wg.Go(func() {
+			chat := "s" + strconv.Itoa(s)
+			local := make([]time.Duration, 0, n)
+			for k := range n {
+				id := chat + "-" + strconv.Itoa(k)
+				in := bus.Inbound{V: 1, ID: id, Channel: "console", ChatID: chat, UserID: "u", Text: "ping " + id}
+				data, _ := json.Marshal(in)
+				t0 := time.Now()
+				if _, err := js.Publish(context.Background(), subj.In("console", chat), data, jetstream.WithMsgID(in.DedupKey())); err != nil {
+					errs <- err
+					return
+				}
+				select {
+				case <-finals[s]:
+				case <-time.After(2 * time.Minute):
+					errs <- fmt.Errorf("session %s: no final reply for %s", chat, id)
+					return
+				}
+				local = append(local, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, local...)
+			mu.Unlock()
+		})
 	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-time.After(time.Minute):
-		b.Fatal("publishes not acknowledged")
-	}
-	select {
-	case <-all:
-	case <-time.After(5 * time.Minute):
-		mu.Lock()
-		b.Fatalf("only %d of %d answered", len(lat), b.N)
-	}
+	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
 	slices.Sort(lat)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "turns/s")
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50_ms")

@@ -91,6 +91,11 @@ func (c *chatClient) run(ctx context.Context, stdin io.Reader) error {
 		return fmt.Errorf("chat: subscribe: %w", err)
 	}
 	defer sub.Unsubscribe()
+	evsub, err := c.nc.Subscribe(c.subj.Event(consoleChannel, c.chatID), c.onEvent)
+	if err != nil {
+		return fmt.Errorf("chat: subscribe: %w", err)
+	}
+	defer evsub.Unsubscribe()
 	js, err := jetstream.New(c.nc)
 	if err != nil {
 		return fmt.Errorf("chat: %w", err)
@@ -167,6 +172,37 @@ func (c *chatClient) drain(ctx context.Context) error {
 			return fmt.Errorf("chat: %d message(s) still unanswered after %s", n, c.wait)
 		case <-c.changed:
 		}
+	}
+}
+
+// onEvent prints tool calls and results as they happen, so the user sees
+// what the agent does between streamed texts.
+func (c *chatClient) onEvent(msg *nats.Msg) {
+	var ev bus.Event
+	if err := json.Unmarshal(msg.Data, &ev); err != nil {
+		return
+	}
+	var data struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+		Error     bool   `json:"error"`
+		Text      string `json:"text"`
+	}
+	if err := json.Unmarshal(ev.Data, &data); err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch ev.Type {
+	case bus.EventToolCall:
+		fmt.Fprintf(c.out, "  [tool] %s %s\n", data.Name, data.Arguments)
+	case bus.EventToolResult:
+		status := "ok"
+		if data.Error {
+			status = "error"
+		}
+		first, _, _ := strings.Cut(data.Text, "\n")
+		fmt.Fprintf(c.out, "  [tool] %s -> %s: %s\n", data.Name, status, first)
 	}
 }
 

@@ -45,7 +45,7 @@ func runDemo(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err != nil {
 		return fmt.Errorf("demo: fake model listener: %w", err)
 	}
-	model := llmtest.NewHandler(llmtest.WithResponder(llmtest.DemoResponder))
+	model := llmtest.NewHandler(llmtest.WithResponder(llmtest.DemoResponder), llmtest.WithRecordLimit(0))
 	srv := &http.Server{Handler: model, ReadHeaderTimeout: 5 * time.Second}
 
 	cfg := defaultConfig()
