@@ -13,11 +13,13 @@ const (
 	cmdStop   = "stop"
 	cmdHelp   = "help"
 	cmdStatus = "status"
+	cmdSteer  = "steer"
 )
 
 const helpText = "Commands:\n" +
 	"/new — start a fresh conversation (history stays on disk, memory is kept)\n" +
 	"/stop — stop the request that is running now\n" +
+	"/steer <text> — redirect the running request (outside one, it is a normal message)\n" +
 	"/status — show this chat's session state\n" +
 	"/help — this list\n" +
 	"Anything else goes to the assistant."
@@ -35,11 +37,14 @@ func parseCommand(text string) command {
 	if !strings.HasPrefix(t, "/") {
 		return command{}
 	}
-	word, arg, _ := strings.Cut(t[1:], " ")
+	word, arg := t[1:], ""
+	if i := strings.IndexAny(word, " \t\r\n"); i >= 0 {
+		word, arg = word[:i], word[i+1:]
+	}
 	word, _, _ = strings.Cut(word, "@")
 	word = strings.ToLower(word)
 	switch word {
-	case cmdNew, cmdStop, cmdHelp, cmdStatus:
+	case cmdNew, cmdStop, cmdHelp, cmdStatus, cmdSteer:
 		return command{name: word, arg: strings.TrimSpace(arg)}
 	}
 	return command{}

@@ -107,7 +107,7 @@ func assertPaired(t *testing.T, msgs []memory.Message) {
 
 func TestExecutorPlainReply(t *testing.T) {
 	m := &scriptModel{steps: []func(context.Context, llm.Request, func(llm.Delta)) (*llm.Response, error){text("hello there")}}
-	e := NewExecutor(m, nil, "m", 5, nil)
+	e := NewExecutor(m, nil, ExecOptions{ModelName: "m", MaxSteps: 5}, nil)
 	res, err := e.Run(t.Context(), TurnInput{System: "sys", User: userMsg("hi")})
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +135,7 @@ func TestExecutorToolRoundTripAndPanics(t *testing.T) {
 		),
 		text("done"),
 	}}
-	e := NewExecutor(m, newRegistry(t, ok, boom), "m", 5, nil)
+	e := NewExecutor(m, newRegistry(t, ok, boom), ExecOptions{ModelName: "m", MaxSteps: 5}, nil)
 	res, err := e.Run(t.Context(), TurnInput{System: "s", User: userMsg("go")})
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +148,7 @@ func TestExecutorToolRoundTripAndPanics(t *testing.T) {
 	want := []struct {
 		prefix string
 		isErr  bool
-	}{{`ok:{"a":1}`, false}, {"Error:", true}, {"Error:", true}, {"Error:", true}, {`ok:{"a": 2}`, false}}
+	}{{`ok:{"a":1}`, false}, {"Error:", true}, {"Error:", true}, {"Error:", true}, {`ok:{"a":2}`, false}}
 	for i, w := range want {
 		if !strings.HasPrefix(results[i].Text, w.prefix) || results[i].IsError != w.isErr {
 			t.Errorf("result %d = %q (err %v), want prefix %q err %v", i, results[i].Text, results[i].IsError, w.prefix, w.isErr)
@@ -172,7 +172,7 @@ func TestExecutorMaxStepsForcedSummary(t *testing.T) {
 		},
 	}}
 	ok := &fakeTool{name: "ok", run: func(context.Context, tools.Call) (tools.Result, error) { return tools.Result{Text: "r"}, nil }}
-	e := NewExecutor(m, newRegistry(t, ok), "m", 2, nil)
+	e := NewExecutor(m, newRegistry(t, ok), ExecOptions{ModelName: "m", MaxSteps: 2}, nil)
 	res, err := e.Run(t.Context(), TurnInput{User: userMsg("go")})
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +197,7 @@ func TestExecutorEmptyRetryThenFallback(t *testing.T) {
 		return &llm.Response{FinishReason: llm.FinishStop}, nil
 	}
 	m := &scriptModel{steps: []func(context.Context, llm.Request, func(llm.Delta)) (*llm.Response, error){empty, empty}}
-	res, err := NewExecutor(m, nil, "m", 5, nil).Run(t.Context(), TurnInput{User: userMsg("hi")})
+	res, err := NewExecutor(m, nil, ExecOptions{ModelName: "m", MaxSteps: 5}, nil).Run(t.Context(), TurnInput{User: userMsg("hi")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,13 +212,12 @@ func TestExecutorModelErrors(t *testing.T) {
 		want string
 	}{
 		{llm.ErrNotConfigured, "OPENAI_API_KEY"},
-		{llm.ErrContextOverflow, "/new"},
 		{errors.New("boom"), "boom"},
 	} {
 		m := &scriptModel{steps: []func(context.Context, llm.Request, func(llm.Delta)) (*llm.Response, error){
 			func(context.Context, llm.Request, func(llm.Delta)) (*llm.Response, error) { return nil, tc.err },
 		}}
-		res, err := NewExecutor(m, nil, "m", 5, nil).Run(t.Context(), TurnInput{User: userMsg("hi")})
+		res, err := NewExecutor(m, nil, ExecOptions{ModelName: "m", MaxSteps: 5}, nil).Run(t.Context(), TurnInput{User: userMsg("hi")})
 		if err != nil || res.Kind != bus.KindError || !strings.Contains(res.Text, tc.want) {
 			t.Errorf("%v: res %+v err %v", tc.err, res, err)
 		}
@@ -237,7 +236,7 @@ func TestExecutorStopDuringTool(t *testing.T) {
 	}}
 	ctx, cancel := context.WithCancelCause(t.Context())
 	go func() { <-started; cancel(errUserStop) }()
-	res, err := NewExecutor(m, newRegistry(t, slow), "m", 5, nil).Run(ctx, TurnInput{User: userMsg("go")})
+	res, err := NewExecutor(m, newRegistry(t, slow), ExecOptions{ModelName: "m", MaxSteps: 5}, nil).Run(ctx, TurnInput{User: userMsg("go")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +258,7 @@ func TestExecutorShutdownAborts(t *testing.T) {
 	}}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
 	defer cancel()
-	_, err := NewExecutor(m, nil, "m", 5, nil).Run(ctx, TurnInput{User: userMsg("go")})
+	_, err := NewExecutor(m, nil, ExecOptions{ModelName: "m", MaxSteps: 5}, nil).Run(ctx, TurnInput{User: userMsg("go")})
 	if !errors.Is(err, ErrAborted) {
 		t.Fatalf("err = %v, want ErrAborted", err)
 	}

@@ -90,6 +90,34 @@ func sanitize(msgs []memory.Message) []memory.Message {
 	return out
 }
 
+// limitOldResults returns msgs with the tool results of every message but
+// msgs[keep] (the current step's results; -1 for none) cut to limit bytes.
+// Messages are copied only where something is cut.
+func limitOldResults(msgs []memory.Message, keep, limit int) []memory.Message {
+	var out []memory.Message
+	for i, m := range msgs {
+		if i == keep || m.Role != memory.RoleTool {
+			continue
+		}
+		for j, b := range m.Blocks {
+			if len(b.Text) <= limit {
+				continue
+			}
+			if out == nil {
+				out = append([]memory.Message(nil), msgs...)
+			}
+			if &out[i].Blocks[0] == &msgs[i].Blocks[0] {
+				out[i].Blocks = append([]memory.Block(nil), m.Blocks...)
+			}
+			out[i].Blocks[j].Text = truncateMiddle(b.Text, limit)
+		}
+	}
+	if out == nil {
+		return msgs
+	}
+	return out
+}
+
 // toLLM converts sanitised history into request messages.
 func toLLM(msgs []memory.Message) []llm.Message {
 	out := make([]llm.Message, 0, len(msgs)+4)
@@ -145,6 +173,20 @@ func toLLM(msgs []memory.Message) []llm.Message {
 		}
 	}
 	return out
+}
+
+func jsonKind(c byte) string {
+	switch c {
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
 }
 
 // estimateTokens is a cheap token estimate (no tokenizer): ASCII runes count
@@ -231,16 +273,21 @@ func normaliseArgs(raw string, finish string) (json.RawMessage, string) {
 	}
 	if json.Valid([]byte(s)) {
 		if s[0] != '{' {
-			return nil, "tool arguments must be a JSON object"
+			return nil, "tool arguments must be a JSON object, got " + jsonKind(s[0])
 		}
 		return json.RawMessage(s), ""
 	}
-	if finish == llm.FinishLength || !strings.HasSuffix(s, "}") {
+	if finish == llm.FinishLength {
+		return nil, "the tool call was cut off by the output token limit; repeating the same call will be cut off again — send less in one call"
+	}
+	if !strings.HasSuffix(s, "}") {
 		return nil, "the tool call was cut off (its arguments end mid-JSON); repeating the same call will be cut off again — send less in one call"
 	}
 	repaired, ok := repairJSON(s)
 	if !ok {
-		return nil, "invalid JSON in tool arguments"
+		var v any
+		err := json.Unmarshal([]byte(s), &v)
+		return nil, "invalid JSON in tool arguments: " + strings.TrimPrefix(err.Error(), "json: ")
 	}
 	return repaired, ""
 }

@@ -148,7 +148,7 @@ func TestNormaliseArgs(t *testing.T) {
 		{`{"a":1}`, "", true, `{"a":1}`},
 		{`[1]`, "", false, ""},
 		{`{"a":`, "", false, ""},
-		{`{a: 1}`, "", true, `{"a": 1}`},
+		{`{a: 1}`, "", true, `{"a":1}`},
 		{`{"a":"x"}`, llm.FinishLength, true, `{"a":"x"}`},
 		{`{"a": "trunc}`, llm.FinishLength, false, ""},
 	} {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nuid"
 
@@ -32,6 +33,15 @@ type Deps struct {
 	Tools     Toolbox
 	Prompts   PromptFiles
 	Log       *slog.Logger
+	// Summarizer, when set, writes the summary of turns dropped from the
+	// context; without it (or when it fails) a rule-based digest is used.
+	Summarizer Summarizer
+}
+
+// Summarizer condenses turns dropped from a session's context into its
+// running summary. Safe for concurrent use.
+type Summarizer interface {
+	Summarize(ctx context.Context, session, previous string, dropped []memory.Message) (string, error)
 }
 
 // Options are the manager's settings beyond Config.
@@ -39,6 +49,13 @@ type Options struct {
 	Subjects     bus.Subjects
 	MaxTextBytes int
 	ModelName    string
+	// ContextWindow and MaxOutputTokens are the model's window and the
+	// reply's token reserve (llm.context_window, llm.max_tokens); with
+	// agent.max_context_tokens they bound each request's history.
+	ContextWindow   int
+	MaxOutputTokens int
+	// ToolTimeout bounds one tool call (default 120 s).
+	ToolTimeout time.Duration
 	// Heartbeat is how often queued and running messages are marked in
 	// progress on the bus so they are not redelivered (must be well under
 	// the consumer's AckWait).
@@ -96,10 +113,13 @@ func NewManager(cfg Config, opt Options, deps Deps) (*Manager, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Manager{
-		cfg:      cfg,
-		opt:      opt,
-		deps:     deps,
-		exec:     NewExecutor(deps.Model, deps.Tools, opt.ModelName, cfg.MaxSteps, log),
+		cfg:  cfg,
+		opt:  opt,
+		deps: deps,
+		exec: NewExecutor(deps.Model, deps.Tools, ExecOptions{
+			ModelName: opt.ModelName, MaxSteps: cfg.MaxSteps,
+			ContextWindow: opt.ContextWindow, MaxOutputTokens: opt.MaxOutputTokens, ToolTimeout: opt.ToolTimeout,
+		}, log),
 		log:      log.With("component", "agent"),
 		sem:      make(chan struct{}, cfg.MaxConcurrentTurns),
 		start:    opt.Now(),
@@ -149,6 +169,17 @@ func (m *Manager) dispatch(ctx context.Context, d bus.Delivery) {
 		m.mu.Unlock()
 		m.wg.Go(func() { m.handleStop(ctx, s, in, d) })
 		return
+	}
+	if cmd.name == cmdSteer {
+		if reply, handled := m.steer(m.sessions[key], cmd.arg); handled {
+			m.mu.Unlock()
+			m.wg.Go(func() { m.finishSimple(ctx, in, d, reply.kind, reply.text, false) })
+			return
+		}
+		// No running turn: /steer behaves like a normal message.
+		c := *in
+		c.Text = cmd.arg
+		in = &c
 	}
 	s := m.sessions[key]
 	if s == nil {
@@ -318,6 +349,29 @@ func (m *Manager) finishSimple(ctx context.Context, in *bus.Inbound, d bus.Deliv
 	if err := m.deliverFinal(ctx, in, d, out, nil, fresh); err != nil {
 		m.log.Error("answer not delivered; the message will be redelivered", "key", in.DedupKey(), "err", err)
 	}
+}
+
+type answer struct{ kind, text string }
+
+// steer offers a /steer text to the session's running turn. handled is
+// false when no turn is running (the text then goes to the model as a
+// normal message). The caller holds m.mu.
+func (m *Manager) steer(s *session, text string) (a answer, handled bool) {
+	switch {
+	case text == "":
+		return answer{bus.KindError, "Usage: /steer <what to do differently>"}, true
+	case utf8.RuneCountInString(text) > maxSteerChars:
+		return answer{bus.KindError, fmt.Sprintf("Steering text is limited to %d characters.", maxSteerChars)}, true
+	case s == nil:
+		return answer{}, false
+	}
+	switch s.offerSteer(text) {
+	case steerAccepted:
+		return answer{bus.KindNotice, "Got it: I will take this into account at the next step of the running task."}, true
+	case steerFull:
+		return answer{bus.KindError, fmt.Sprintf("%d steering messages are already waiting; wait for the task to pick them up.", maxSteerItems)}, true
+	}
+	return answer{}, false
 }
 
 // handleStop answers /stop, bypassing the session queue: it cancels the

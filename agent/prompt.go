@@ -21,7 +21,7 @@ type turnFacts struct {
 // buildPrompt assembles the system prompt: tool rules, workspace rules, the
 // prompt files, then runtime facts (DESIGN.md §6.1). It is rebuilt for every
 // turn; the workspace's stat cache makes unchanged files free.
-func buildPrompt(ws PromptFiles, toolList []tools.Tool, f turnFacts) (string, error) {
+func buildPrompt(ws PromptFiles, toolList []tools.Tool, summary string, f turnFacts) (string, error) {
 	var b strings.Builder
 	b.Grow(4096)
 	b.WriteString("You are Switchboard, an assistant people reach through chat apps. Your persona, the user and the rules are described below.\n\n")
@@ -52,6 +52,13 @@ func buildPrompt(ws PromptFiles, toolList []tools.Tool, f turnFacts) (string, er
 			b.WriteString("(only the most recent part of this file is shown)\n\n")
 		}
 		b.WriteString(strings.TrimSpace(pf.Content))
+		b.WriteString("\n\n")
+	}
+
+	if summary != "" {
+		b.WriteString("## Earlier in this conversation\n\n")
+		b.WriteString("Older messages of this chat are no longer shown; this is what they covered:\n\n")
+		b.WriteString(strings.TrimSpace(summary))
 		b.WriteString("\n\n")
 	}
 

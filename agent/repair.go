@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
 
 	"github.com/kaptinlin/jsonrepair"
@@ -18,5 +19,9 @@ func repairJSON(s string) (json.RawMessage, bool) {
 	if err := json.Unmarshal([]byte(out), &obj); err != nil {
 		return nil, false
 	}
-	return json.RawMessage(out), true
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, []byte(out)); err != nil {
+		return nil, false
+	}
+	return json.RawMessage(buf.Bytes()), true
 }

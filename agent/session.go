@@ -29,13 +29,57 @@ type session struct {
 	key  string
 	wake chan struct{}
 
-	mu      sync.Mutex
-	queue   []item
-	cancel  context.CancelCauseFunc // of the running turn; nil when idle
-	running bool
+	mu        sync.Mutex
+	queue     []item
+	cancel    context.CancelCauseFunc // of the running turn; nil when idle
+	steer     []string                // pending /steer texts of the running turn
+	steerOpen bool                    // the running turn still accepts /steer
 
 	loaded  bool
 	history []memory.Message // context cache, oldest first
+	summary string           // running summary of turns dropped from the context
+}
+
+// Results of offerSteer.
+const (
+	steerNotRunning = iota
+	steerAccepted
+	steerFull
+)
+
+// offerSteer queues a /steer text for the running turn.
+func (s *session) offerSteer(text string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case !s.steerOpen:
+		return steerNotRunning
+	case len(s.steer) >= maxSteerItems:
+		return steerFull
+	}
+	s.steer = append(s.steer, text)
+	return steerAccepted
+}
+
+// Take implements Steering.
+func (s *session) Take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	items := s.steer
+	s.steer = nil
+	return items
+}
+
+// TakeOrClose implements Steering.
+func (s *session) TakeOrClose() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	items := s.steer
+	s.steer = nil
+	if len(items) == 0 {
+		s.steerOpen = false
+	}
+	return items
 }
 
 func newSession(m *Manager, key string) *session {
@@ -149,6 +193,7 @@ func (s *session) process(ctx context.Context, it item) {
 		m.finishSimple(ctx, it.in, it.d, bus.KindNotice, helpText, false)
 		return
 	case cmdStatus:
+		s.load(ctx)
 		m.finishSimple(ctx, it.in, it.d, bus.KindNotice, s.status(), false)
 		return
 	}
@@ -164,42 +209,49 @@ func (s *session) process(ctx context.Context, it item) {
 // turn runs the model loop for one user message and delivers its answer.
 func (s *session) turn(ctx context.Context, it item) {
 	m, in := s.m, it.in
-	if !s.loaded {
-		snap, err := m.deps.Store.Load(ctx, s.key, m.cfg.MaxContextTurns)
-		if err != nil {
-			m.log.Error("history load failed; message left for redelivery", "session", s.key, "err", err)
-			m.untrack(it.d)
-			return
-		}
-		s.history, s.loaded = snap.Messages, true
+	if !s.load(ctx) {
+		m.untrack(it.d)
+		return
 	}
 	now := m.opt.Now()
 	sink := newTurnSink(m, in, now)
-	sink.typing()
+	sink.Typing()
 	sink.Event(bus.EventTurnStart, map[string]any{"id": in.ID})
+	facts := turnFacts{Now: now, Model: m.opt.ModelName, Channel: in.Channel, IsGroup: in.IsGroup, UserID: in.UserID, UserName: in.UserName}
 
-	system, err := buildPrompt(m.deps.Prompts, toolList(m.deps.Tools), turnFacts{
-		Now: now, Model: m.opt.ModelName, Channel: in.Channel, IsGroup: in.IsGroup, UserID: in.UserID, UserName: in.UserName,
-	})
+	// Fit the context once, before the loop, by whole turns.
+	user := userMessage(in, now)
+	system, err := buildPrompt(m.deps.Prompts, m.exec.Tools(), s.summary, facts)
 	if err != nil {
 		m.log.Error("system prompt failed", "session", s.key, "err", err)
 		m.finishSimple(ctx, in, it.d, bus.KindError, "Sorry, I could not read my workspace files. The operator can find details in the log.", false)
 		return
 	}
+	b := budget(m.cfg.MaxContextTokens, m.opt.ContextWindow, m.opt.MaxOutputTokens, textTokens(system)+estimateTokens(&user))
+	kept, dropped := fitContext(s.history, m.cfg.MaxContextTurns-1, b)
+	if len(dropped) > 0 {
+		s.history = kept
+		s.summarize(ctx, dropped)
+		if system, err = buildPrompt(m.deps.Prompts, m.exec.Tools(), s.summary, facts); err != nil {
+			m.log.Error("system prompt failed", "session", s.key, "err", err)
+		}
+	}
 
 	tctx, cancel := context.WithCancelCause(ctx)
 	s.mu.Lock()
-	s.cancel = cancel
+	s.cancel, s.steer, s.steerOpen = cancel, nil, true
 	s.mu.Unlock()
 	res, err := m.exec.Run(tctx, TurnInput{
 		System:  system,
-		History: trimTurns(s.history, m.cfg.MaxContextTurns-1, m.cfg.MaxContextTokens),
-		User:    userMessage(in, now),
+		History: kept,
+		User:    user,
 		Session: tools.Session{Key: s.key, Channel: in.Channel, ChatID: in.ChatID, UserID: in.UserID},
 		Sink:    sink,
+		Steer:   s,
 	})
 	s.mu.Lock()
-	s.cancel = nil
+	late := len(s.steer)
+	s.cancel, s.steer, s.steerOpen = nil, nil, false
 	s.mu.Unlock()
 	cancel(nil)
 	if errors.Is(err, ErrAborted) {
@@ -207,15 +259,77 @@ func (s *session) turn(ctx context.Context, it item) {
 		m.untrack(it.d)
 		return
 	}
+	if late > 0 {
+		res.Text += fmt.Sprintf("\n\n(%d steering message(s) arrived after the task had ended and were not applied; please send them again.)", late)
+	}
+	msgs, fresh := res.Messages, false
+	if res.ResetContext {
+		// Keep the request and the explanation; the context starts afresh.
+		msgs = []memory.Message{res.Messages[0], {Role: memory.RoleAssistant, Time: now.UTC(), Blocks: []memory.Block{{Type: memory.BlockText, Text: res.Text}}}}
+		fresh = true
+	}
 	out := newOutbound(in, res.Kind, res.Text, sink.nextSeq(), true)
-	if err := m.deliverFinal(ctx, in, it.d, out, res.Messages, false); err != nil {
+	if err := m.deliverFinal(ctx, in, it.d, out, msgs, fresh); err != nil {
 		m.log.Error("answer not delivered; the message will be redelivered", "session", s.key, "err", err)
 		s.loaded = false
 		return
 	}
 	m.turns.Add(1)
-	s.history = trimTurns(append(s.history, res.Messages...), m.cfg.MaxContextTurns, 1<<62)
-	sink.Event(bus.EventTurnEnd, map[string]any{"id": in.ID, "steps": res.Steps, "kind": res.Kind})
+	switch {
+	case fresh:
+		s.history, s.summary = msgs, ""
+	default:
+		s.history = res.History
+		if len(res.Dropped) > 0 {
+			s.summarize(ctx, res.Dropped)
+		}
+		if len(dropped) > 0 || len(res.Dropped) > 0 {
+			s.compact(ctx)
+		}
+	}
+	sink.Event(bus.EventTurnEnd, map[string]any{"id": in.ID, "steps": res.Steps, "kind": res.Kind,
+		"stop_reason": res.StopReason, "usage": res.Usage})
+}
+
+// load fills the session's context cache from the store on first use.
+func (s *session) load(ctx context.Context) bool {
+	if s.loaded {
+		return true
+	}
+	snap, err := s.m.deps.Store.Load(ctx, s.key, s.m.cfg.MaxContextTurns)
+	if err != nil {
+		s.m.log.Error("history load failed; message left for redelivery", "session", s.key, "err", err)
+		return false
+	}
+	s.history, s.summary, s.loaded = snap.Messages, snap.Summary, true
+	return true
+}
+
+// summarize folds dropped turns into the running summary: the configured
+// Summarizer, or a rule-based digest when there is none or it fails.
+func (s *session) summarize(ctx context.Context, dropped []memory.Message) {
+	if sm := s.m.deps.Summarizer; sm != nil {
+		if sum, err := sm.Summarize(ctx, s.key, s.summary, dropped); err == nil && sum != "" {
+			s.summary = sum
+			return
+		} else if err != nil {
+			s.m.log.Warn("summarizer failed; using a plain digest", "session", s.key, "err", err)
+		}
+	}
+	s.summary = digest(s.summary, dropped)
+}
+
+// compact makes the trimmed context durable: the store's context start
+// moves to the cached history and the summary is saved, so a restart
+// loads what this session sees now.
+func (s *session) compact(ctx context.Context) {
+	c, ok := s.m.deps.Store.(memory.Compactor)
+	if !ok {
+		return
+	}
+	if err := c.Compact(ctx, s.key, s.summary, len(turnStarts(s.history))); err != nil {
+		s.m.log.Warn("could not store the compacted context", "session", s.key, "err", err)
+	}
 }
 
 func toolList(tb Toolbox) []tools.Tool {
@@ -283,7 +397,8 @@ func (k *turnSink) nextSeq() int {
 	return k.seq
 }
 
-func (k *turnSink) typing() {
+// Typing publishes a typing signal.
+func (k *turnSink) Typing() {
 	k.publish(newOutbound(k.in, bus.KindTyping, "", k.nextSeq(), false))
 }
 

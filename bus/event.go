@@ -13,6 +13,10 @@ const (
 	EventToolResult = "tool_result" // a tool returned
 	EventTurnEnd    = "turn_end"    // the turn finished (its final outbound was published)
 	EventUsage      = "usage"       // token usage of one model call
+	// EventReasoningDelta carries streamed reasoning ("thinking") text.
+	EventReasoningDelta = "reasoning_delta"
+	// EventStepEnd marks the end of one model step (a call and its tools).
+	EventStepEnd = "step_end"
 )
 
 // Event is an agent event for observers (UIs, logs, tests), published with

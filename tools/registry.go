@@ -99,16 +99,36 @@ func (r *Registry) Get(name string) (Tool, bool) {
 	return t, ok
 }
 
-// List returns the tools in registration order. The slice is a copy.
+// List returns the tools offered to the model (stage StageModel), in
+// registration order. The slice is a copy.
 func (r *Registry) List() []Tool {
-	return append([]Tool(nil), r.tools...)
+	out := make([]Tool, 0, len(r.tools))
+	for _, t := range r.tools {
+		if StageOf(t) == StageModel {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
-// Names returns the tool names in registration order.
+// PostTurn returns the post-turn tools (stage StagePostTurn) in
+// registration order.
+func (r *Registry) PostTurn() []Tool {
+	var out []Tool
+	for _, t := range r.tools {
+		if StageOf(t) == StagePostTurn {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Names returns the names of the tools offered to the model, in
+// registration order.
 func (r *Registry) Names() []string {
-	names := make([]string, len(r.tools))
-	for i, t := range r.tools {
-		names[i] = t.Name()
+	var names []string
+	for _, t := range r.List() {
+		names = append(names, t.Name())
 	}
 	return names
 }
@@ -126,6 +146,9 @@ func (r *Registry) Names() []string {
 // Run blocks until the tool returns; the tool must honour ctx.
 func (r *Registry) Run(ctx context.Context, name string, call Call) (res Result) {
 	t, ok := r.byName[name]
+	if ok && StageOf(t) != StageModel {
+		ok = false // post-turn tools are not the model's to call
+	}
 	if !ok {
 		avail := strings.Join(r.Names(), ", ")
 		if avail == "" {
@@ -133,6 +156,16 @@ func (r *Registry) Run(ctx context.Context, name string, call Call) (res Result)
 		}
 		return errorResult(fmt.Sprintf("unknown tool %q; available tools: %s", name, avail))
 	}
+	return r.run(ctx, t, call)
+}
+
+// RunPostTurn runs the post-turn tool t with the same guarantees as Run.
+func (r *Registry) RunPostTurn(ctx context.Context, t Tool, call Call) Result {
+	return r.run(ctx, t, call)
+}
+
+func (r *Registry) run(ctx context.Context, t Tool, call Call) (res Result) {
+	name := t.Name()
 	if err := ctx.Err(); err != nil {
 		return errorResult(fmt.Sprintf("tool %s was not run: %v", name, err))
 	}
@@ -146,7 +179,7 @@ func (r *Registry) Run(ctx context.Context, name string, call Call) (res Result)
 	out, err := t.Run(ctx, call)
 	if err != nil {
 		r.log.DebugContext(ctx, "tool returned an error", "tool", name, "call_id", call.ID, "err", err)
-		out = Result{Text: err.Error(), IsError: true, Files: out.Files}
+		out = Result{Text: err.Error(), IsError: true, Files: out.Files, Denied: errors.Is(err, ErrDenied)}
 	}
 	return normalize(out)
 }

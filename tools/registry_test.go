@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -261,5 +262,35 @@ func TestDecodeArgs(t *testing.T) {
 		if !errors.Is(err, tools.ErrBadArgs) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("DecodeArgs(%s) = %v, want ErrBadArgs containing %q", tt.raw, err, tt.want)
 		}
+	}
+}
+
+type postTool struct{ *fakeTool }
+
+func (postTool) Stage() string { return tools.StagePostTurn }
+
+func TestStagesAndDenied(t *testing.T) {
+	post := postTool{&fakeTool{name: "indexer"}}
+	denied := &fakeTool{name: "guarded", run: func(context.Context, tools.Call) (tools.Result, error) {
+		return tools.Result{}, fmt.Errorf("only admins may do this: %w", tools.ErrDenied)
+	}}
+	r, err := tools.NewRegistry(&fakeTool{name: "plain"}, post, denied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Names(); len(got) != 2 || got[0] != "plain" || got[1] != "guarded" {
+		t.Fatalf("model tools = %v", got)
+	}
+	if pt := r.PostTurn(); len(pt) != 1 || pt[0].Name() != "indexer" {
+		t.Fatalf("post-turn tools = %v", pt)
+	}
+	if res := r.Run(t.Context(), "indexer", tools.Call{}); !res.IsError || !strings.Contains(res.Text, "unknown tool") {
+		t.Fatalf("model could call a post-turn tool: %+v", res)
+	}
+	if res := r.RunPostTurn(t.Context(), post, tools.Call{}); res.IsError {
+		t.Fatalf("RunPostTurn = %+v", res)
+	}
+	if res := r.Run(t.Context(), "guarded", tools.Call{}); !res.IsError || !res.Denied {
+		t.Fatalf("denied call = %+v", res)
 	}
 }

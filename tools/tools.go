@@ -41,12 +41,39 @@ type File struct {
 	Data []byte
 }
 
+// Tool stages.
+const (
+	// StageModel tools are offered to the model and called by it (the default).
+	StageModel = "model"
+	// StagePostTurn tools are never offered to the model: the executor runs
+	// them once after each turn (with the turn's final text as
+	// {"reply": "..."}), e.g. to index memory.
+	StagePostTurn = "post_turn"
+)
+
+// Staged is implemented by tools whose stage is not StageModel.
+type Staged interface {
+	Stage() string
+}
+
+// StageOf returns t's stage: Staged.Stage() or StageModel.
+func StageOf(t Tool) string {
+	if s, ok := t.(Staged); ok {
+		return s.Stage()
+	}
+	return StageModel
+}
+
 // Result is what a tool returns. Text is never empty in what reaches the
 // model: the registry replaces an empty text with "(no output)".
 type Result struct {
 	Text    string
 	IsError bool
-	Files   []File
+	// Denied is set by the registry when the tool refused the call for lack
+	// of permission (an error wrapping ErrDenied); such failures do not
+	// count toward the executor's circuit breakers.
+	Denied bool
+	Files  []File
 }
 
 // Tool is one capability offered to the model.
@@ -74,4 +101,6 @@ var (
 	ErrDuplicateTool = errors.New("tools: duplicate tool name")
 	// ErrBadArgs: the arguments do not fit the tool's schema.
 	ErrBadArgs = errors.New("tools: invalid arguments")
+	// ErrDenied: the caller is not allowed to use the tool this way.
+	ErrDenied = errors.New("tools: permission denied")
 )

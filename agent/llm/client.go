@@ -21,7 +21,7 @@ type Client struct {
 	log     *slog.Logger
 	api     *openai.Client
 	http    *http.Client
-	backoff func(attempt int) time.Duration
+	backoff func(attempt int, rateLimited bool) time.Duration
 	sleep   func(ctx context.Context, d time.Duration) error
 	now     func() time.Time
 }
@@ -42,9 +42,11 @@ func WithHTTPClient(hc *http.Client) Option {
 }
 
 // WithBackoff replaces the wait before retry number attempt (1 for the
-// first retry). The default doubles from 1 s up to 30 s, with jitter. A
-// Retry-After sent by the server takes precedence. A nil f is ignored.
-func WithBackoff(f func(attempt int) time.Duration) Option {
+// first retry); rateLimited tells a 429 without Retry-After from other
+// failures. The default is Config's policy (see Config.RateLimitBackoff and
+// Config.RetryBackoff). A Retry-After sent by the server takes precedence.
+// A nil f is ignored.
+func WithBackoff(f func(attempt int, rateLimited bool) time.Duration) Option {
 	return func(c *Client) {
 		if f != nil {
 			c.backoff = f
@@ -63,17 +65,27 @@ func WithSleep(f func(ctx context.Context, d time.Duration) error) Option {
 	}
 }
 
-// DefaultBackoff is the default wait before retry number attempt (1-based):
-// 1 s doubling up to 30 s, each wait drawn uniformly from its upper half.
-func DefaultBackoff(attempt int) time.Duration {
+// Backoff is the retry policy of cfg, the default of every client: the n-th
+// retry (1-based) of a rate-limited call waits RateLimitBackoff ×
+// (1 + (n−1)/2) up to twice RateLimitBackoff (30/45/60 s by default), of
+// any other retryable failure RetryBackoff × n (2/4/6 s by default). Each
+// wait gets up to 10 % random jitter so that many sessions do not retry in
+// lockstep.
+func (cfg Config) Backoff(attempt int, rateLimited bool) time.Duration {
 	if attempt < 1 {
 		attempt = 1
 	}
-	d := 30 * time.Second
-	if attempt <= 5 {
-		d = min(d, time.Second<<(attempt-1))
+	var d time.Duration
+	if rateLimited {
+		base := cfg.RateLimitBackoff
+		d = min(base+time.Duration(attempt-1)*base/2, 2*base)
+	} else {
+		d = time.Duration(attempt) * cfg.RetryBackoff
 	}
-	return d/2 + rand.N(d/2+1)
+	if d <= 0 {
+		return 0
+	}
+	return d + rand.N(d/10+1)
 }
 
 // sleepCtx waits for d or until ctx ends.
@@ -132,7 +144,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Client, error) {
 	c := &Client{
 		cfg:     cfg,
 		log:     log.With("component", "llm"),
-		backoff: DefaultBackoff,
+		backoff: cfg.Backoff,
 		sleep:   sleepCtx,
 		now:     time.Now,
 	}
@@ -210,7 +222,10 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(Delta)) (
 		}
 		wait := ae.wait
 		if wait <= 0 {
-			wait = c.backoff(attempt + 1)
+			wait = c.backoff(attempt+1, ae.limited)
+		}
+		if req.OnRetry != nil {
+			req.OnRetry(attempt+1, wait, ae.err)
 		}
 		c.log.WarnContext(ctx, "llm call failed; retrying",
 			"model", wire.Model, "attempt", attempt+1, "max_retries", c.cfg.MaxRetries,

@@ -41,7 +41,7 @@ func (s *sleeps) got() []time.Duration {
 }
 
 // testBackoff makes retry n wait n milliseconds (recorded, not slept).
-func testBackoff(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+func testBackoff(n int, _ bool) time.Duration { return time.Duration(n) * time.Millisecond }
 
 // setup starts a scripted server and a client for it. mut adjusts the
 // config (defaults: 3 retries, 10 s idle timeout).

@@ -21,6 +21,10 @@ func DefaultConfig() Config {
 		RequestTimeout: 5 * time.Minute,
 		IdleTimeout:    90 * time.Second,
 		MaxRetries:     3,
+
+		RateLimitBackoff: 30 * time.Second,
+		RetryBackoff:     2 * time.Second,
+		FallbackCooldown: 5 * time.Minute,
 	}
 }
 
@@ -60,6 +64,26 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRetries < 0 || c.MaxRetries > 10 {
 		errs = append(errs, fmt.Errorf("llm.max_retries: must be between 0 and 10, got %d", c.MaxRetries))
+	}
+	if c.RateLimitBackoff < 0 || c.RateLimitBackoff > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("llm.rate_limit_backoff: must be between 0 and 10m, got %s", c.RateLimitBackoff))
+	}
+	if c.RetryBackoff < 0 || c.RetryBackoff > 5*time.Minute {
+		errs = append(errs, fmt.Errorf("llm.retry_backoff: must be between 0 and 5m, got %s", c.RetryBackoff))
+	}
+	if c.FallbackCooldown < 0 {
+		errs = append(errs, fmt.Errorf("llm.fallback_cooldown: must not be negative, got %s", c.FallbackCooldown))
+	}
+	for i, f := range c.Fallbacks {
+		if f.BaseURL == "" && f.Model == "" {
+			errs = append(errs, fmt.Errorf("llm.fallbacks[%d]: set base_url, model or both", i))
+		}
+		if f.BaseURL != "" {
+			u, err := url.Parse(f.BaseURL)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				errs = append(errs, fmt.Errorf("llm.fallbacks[%d].base_url: must be an http(s) URL, got %q", i, f.BaseURL))
+			}
+		}
 	}
 	return errors.Join(errs...)
 }

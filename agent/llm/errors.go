@@ -272,6 +272,7 @@ type attemptError struct {
 	err       error
 	retryable bool
 	wait      time.Duration // server-requested wait (Retry-After), 0 for backoff
+	limited   bool          // the server rate-limited the call (429)
 }
 
 // classify turns the error of one attempt into an attemptError. ctx is the
@@ -304,7 +305,7 @@ func classify(ctx, attemptCtx context.Context, err error, c *capture, now time.T
 		if ae.RetryAfter > maxRetryAfter {
 			return attemptError{err: ae}
 		}
-		return attemptError{err: ae, retryable: true, wait: ae.RetryAfter}
+		return attemptError{err: ae, retryable: true, wait: ae.RetryAfter, limited: ae.Status == http.StatusTooManyRequests}
 	}
 	if !sent {
 		return attemptError{err: fmt.Errorf("llm: build request: %w", err)}

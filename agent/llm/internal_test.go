@@ -35,17 +35,27 @@ func TestParseRetryAfter(t *testing.T) {
 	}
 }
 
-func TestDefaultBackoff(t *testing.T) {
-	for attempt := 0; attempt <= 40; attempt++ {
-		ceiling := 30 * time.Second
-		if a := max(attempt, 1); a <= 5 {
-			ceiling = time.Second << (a - 1)
-		}
+// TestBackoffPolicy checks the documented waits: 30/45/60 s for rate
+// limits, 2/4/6 s otherwise, each with at most 10 % jitter.
+func TestBackoffPolicy(t *testing.T) {
+	cfg := DefaultConfig()
+	for _, tc := range []struct {
+		attempt int
+		limited bool
+		want    time.Duration
+	}{
+		{1, true, 30 * time.Second}, {2, true, 45 * time.Second}, {3, true, 60 * time.Second}, {9, true, 60 * time.Second},
+		{1, false, 2 * time.Second}, {2, false, 4 * time.Second}, {3, false, 6 * time.Second}, {0, false, 2 * time.Second},
+	} {
 		for range 20 {
-			if d := DefaultBackoff(attempt); d < ceiling/2 || d > ceiling {
-				t.Fatalf("DefaultBackoff(%d) = %s, want within [%s, %s]", attempt, d, ceiling/2, ceiling)
+			if d := cfg.Backoff(tc.attempt, tc.limited); d < tc.want || d > tc.want+tc.want/10 {
+				t.Fatalf("Backoff(%d, %v) = %s, want %s + ≤10%%", tc.attempt, tc.limited, d, tc.want)
 			}
 		}
+	}
+	cfg.RetryBackoff, cfg.RateLimitBackoff = 0, 0
+	if d := cfg.Backoff(3, true); d != 0 {
+		t.Fatalf("zero policy waits %s", d)
 	}
 }
 

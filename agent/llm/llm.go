@@ -67,6 +67,10 @@ type Request struct {
 	Tools       []Tool
 	MaxTokens   int      // 0: the client's configured max_tokens
 	Temperature *float32 // nil: the client's configured temperature
+	// OnRetry, when set, is called before the client waits to retry a
+	// failed attempt (attempt is 1 for the first retry), so the caller can
+	// show the user that it is still working.
+	OnRetry func(attempt int, wait time.Duration, err error)
 }
 
 // Usage reports token counts (zero when the server sent none).
@@ -105,6 +109,26 @@ type Config struct {
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// MaxRetries is the number of retries after the first attempt.
 	MaxRetries int `yaml:"max_retries"`
+	// RateLimitBackoff is the first wait after a 429 without Retry-After;
+	// later retries wait 1.5× and 2× as long.
+	RateLimitBackoff time.Duration `yaml:"rate_limit_backoff"`
+	// RetryBackoff is the first wait after other retryable failures; the
+	// n-th retry waits n× as long.
+	RetryBackoff time.Duration `yaml:"retry_backoff"`
+	// Fallbacks are further endpoints tried in order when this one keeps
+	// failing.
+	Fallbacks []Endpoint `yaml:"fallbacks"`
+	// FallbackCooldown is how long a failed endpoint is skipped before it
+	// is tried again.
+	FallbackCooldown time.Duration `yaml:"fallback_cooldown"`
+}
+
+// Endpoint is a fallback model endpoint (llm.fallbacks[i]). Empty fields
+// inherit the primary's value.
+type Endpoint struct {
+	BaseURL string `yaml:"base_url"`
+	APIKey  string `yaml:"api_key"`
+	Model   string `yaml:"model"`
 }
 
 // Sentinel errors (wrapped; use errors.Is).

@@ -24,7 +24,7 @@ func TestRetryAfter(t *testing.T) {
 		t.Fatalf("got %+v, %v; want ok", resp, err)
 	}
 	// The first wait honours Retry-After; the second (no header) backs off.
-	if diff := cmp.Diff([]time.Duration{7 * time.Second, testBackoff(2)}, sl.got()); diff != "" {
+	if diff := cmp.Diff([]time.Duration{7 * time.Second, testBackoff(2, false)}, sl.got()); diff != "" {
 		t.Errorf("waits (-want +got):\n%s", diff)
 	}
 	if n := s.RequestCount(); n != 3 {
@@ -52,7 +52,7 @@ func TestRetryServerErrorThenSuccess(t *testing.T) {
 	if err != nil || resp.Text != "ok" {
 		t.Fatalf("got %+v, %v; want ok", resp, err)
 	}
-	if diff := cmp.Diff([]time.Duration{testBackoff(1), testBackoff(2)}, sl.got()); diff != "" {
+	if diff := cmp.Diff([]time.Duration{testBackoff(1, false), testBackoff(2, false)}, sl.got()); diff != "" {
 		t.Errorf("waits (-want +got):\n%s", diff)
 	}
 }
@@ -280,7 +280,7 @@ func TestCancelDuringBackoff(t *testing.T) {
 	s.Enqueue(llmtest.ErrorReply(500, "", "boom"))
 	cfg := llm.DefaultConfig()
 	cfg.BaseURL = s.URL()
-	c, err := llm.New(cfg, nil, llm.WithHTTPClient(s.HTTPClient()), llm.WithBackoff(func(int) time.Duration { return time.Hour }))
+	c, err := llm.New(cfg, nil, llm.WithHTTPClient(s.HTTPClient()), llm.WithBackoff(func(int, bool) time.Duration { return time.Hour }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,9 +381,9 @@ func TestRetriesLoggedAtWarn(t *testing.T) {
 	if len(rh.recs) != 1 || rh.recs[0].Level != slog.LevelWarn || !strings.Contains(rh.recs[0].Message, "retrying") {
 		t.Fatalf("log records = %v, want one Warn about the retry", rh.recs)
 	}
-	// The default backoff was used for the wait: about a second.
-	if w := sl.got(); len(w) != 1 || w[0] < 500*time.Millisecond || w[0] > time.Second {
-		t.Errorf("waits = %v, want one default backoff in [0.5s, 1s]", w)
+	// The default policy was used for the wait: 2 s plus at most 10 % jitter.
+	if w := sl.got(); len(w) != 1 || w[0] < 2*time.Second || w[0] > 2200*time.Millisecond {
+		t.Errorf("waits = %v, want one default backoff in [2s, 2.2s]", w)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.yaml.in/yaml/v3"
 
 	"switchboard/agent/llm"
@@ -68,6 +69,10 @@ func TestParseConfigTestdata(t *testing.T) {
 			c.LLM.RequestTimeout = 90 * time.Second
 			c.LLM.IdleTimeout = 90 * time.Second
 			c.LLM.MaxRetries = 0
+			c.LLM.RateLimitBackoff = 10 * time.Second
+			c.LLM.RetryBackoff = time.Second
+			c.LLM.Fallbacks = []llm.Endpoint{{BaseURL: "http://backup:8000/v1", Model: "backup-model"}}
+			c.LLM.FallbackCooldown = time.Minute
 			c.Agent.Workspace = "/srv/workspace"
 			c.Agent.MaxSteps = 5
 			c.Agent.MaxConcurrentTurns = 2
@@ -345,7 +350,7 @@ func TestShippedConfigIsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("shipped config.yaml with an empty environment:\n%v", err)
 	}
-	if diff := cmp.Diff(defaultConfig(), got); diff != "" {
+	if diff := cmp.Diff(defaultConfig(), got, cmpopts.EquateEmpty()); diff != "" {
 		t.Fatalf("config.yaml and defaultConfig() drifted apart (-defaults +config.yaml):\n%s", diff)
 	}
 }
@@ -371,7 +376,7 @@ func TestShippedConfigUsesEnvironment(t *testing.T) {
 	want.LLM.Model = "llama3.1"
 	want.Bus.Listen = "0.0.0.0:4222"
 	want.Admin.Listen = "0.0.0.0:9090"
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
 		t.Fatalf("shipped config.yaml with env (-want +got):\n%s", diff)
 	}
 }

@@ -93,7 +93,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	defer b.Close()
 	adm.SetReady(compBus, b.Ready(ctx))
 
-	model, err := llm.New(cfg.LLM, log)
+	model, err := buildModel(cfg.LLM, log)
 	if err != nil {
 		return err
 	}
@@ -107,9 +107,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return err
 	}
 	mgr, err := agent.NewManager(cfg.Agent, agent.Options{
-		Subjects:     b.Subjects(),
-		MaxTextBytes: cfg.Bus.MaxTextBytes,
-		ModelName:    cfg.LLM.Model,
+		Subjects:        b.Subjects(),
+		MaxTextBytes:    cfg.Bus.MaxTextBytes,
+		ModelName:       cfg.LLM.Model,
+		ContextWindow:   cfg.LLM.ContextWindow,
+		MaxOutputTokens: cfg.LLM.MaxTokens,
 	}, agent.Deps{Source: b, Publisher: b, Store: store, Model: model, Tools: registry, Prompts: ws, Log: log})
 	if err != nil {
 		return err
@@ -128,6 +130,35 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return werr
 	}
 	return nil
+}
+
+// buildModel returns the model client: the primary endpoint, wrapped in a
+// failover over llm.fallbacks when any are configured.
+func buildModel(cfg llm.Config, log *slog.Logger) (agent.Model, error) {
+	primary, err := llm.New(cfg, log)
+	if err != nil || len(cfg.Fallbacks) == 0 {
+		return primary, err
+	}
+	var fbs []llm.Streamer
+	for i, f := range cfg.Fallbacks {
+		c := cfg
+		c.Fallbacks = nil
+		if f.BaseURL != "" {
+			c.BaseURL = f.BaseURL
+		}
+		if f.APIKey != "" {
+			c.APIKey = f.APIKey
+		}
+		if f.Model != "" {
+			c.Model = f.Model
+		}
+		fb, err := llm.New(c, log)
+		if err != nil {
+			return nil, fmt.Errorf("llm.fallbacks[%d]: %w", i, err)
+		}
+		fbs = append(fbs, fb)
+	}
+	return llm.NewFailover(log, cfg.FallbackCooldown, primary, fbs...), nil
 }
 
 // watchBus keeps the bus's readiness current (an external NATS can go away).

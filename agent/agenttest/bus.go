@@ -1,0 +1,237 @@
+// Package agenttest provides an in-memory bus for testing the agent
+// runtime without NATS: it delivers inbound envelopes to the manager,
+// records acknowledgements, and captures every published outbound
+// envelope, event and dead letter.
+package agenttest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"switchboard/bus"
+)
+
+// Bus is an in-memory agent.Source and agent.Publisher. It is safe for
+// concurrent use. Create it with NewBus.
+type Bus struct {
+	subj bus.Subjects
+
+	mu        sync.Mutex
+	cond      chan struct{} // closed and replaced on every change
+	queue     []*Delivery
+	published []Published
+}
+
+// Published is one message the runtime published.
+type Published struct {
+	Subject string
+	Data    []byte
+	MsgID   string
+	Durable bool // published with Publish (JetStream) rather than PublishCore
+}
+
+// Delivery is one inbound message handed to the runtime.
+type Delivery struct {
+	b       *Bus
+	subject string
+	data    []byte
+
+	acked, termed bool
+	inProgress    int
+}
+
+// NewBus returns a bus using the "chat" subject prefix.
+func NewBus() *Bus {
+	return &Bus{subj: bus.Subjects{Prefix: "chat"}, cond: make(chan struct{})}
+}
+
+// Subjects returns the subject scheme in use.
+func (b *Bus) Subjects() bus.Subjects { return b.subj }
+
+func (b *Bus) changed() {
+	close(b.cond)
+	b.cond = make(chan struct{})
+}
+
+// Send queues in (as JSON) on its inbound subject.
+func (b *Bus) Send(in bus.Inbound) *Delivery {
+	if in.V == 0 {
+		in.V = bus.Version
+	}
+	data, err := json.Marshal(in)
+	if err != nil {
+		panic(err)
+	}
+	return b.SendRaw(b.subj.In(in.Channel, in.ChatID), data)
+}
+
+// SendRaw queues raw bytes on subject.
+func (b *Bus) SendRaw(subject string, data []byte) *Delivery {
+	d := &Delivery{b: b, subject: subject, data: data}
+	b.mu.Lock()
+	b.queue = append(b.queue, d)
+	b.changed()
+	b.mu.Unlock()
+	return d
+}
+
+// Consume delivers queued messages in order until ctx ends.
+func (b *Bus) Consume(ctx context.Context, handler func(bus.Delivery)) error {
+	for {
+		b.mu.Lock()
+		if len(b.queue) > 0 {
+			d := b.queue[0]
+			b.queue = b.queue[1:]
+			b.mu.Unlock()
+			handler(d)
+			continue
+		}
+		wait := b.cond
+		b.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wait:
+		}
+	}
+}
+
+// Publish records a durable publish.
+func (b *Bus) Publish(_ context.Context, subject string, data []byte, msgID string) error {
+	return b.record(Published{Subject: subject, Data: append([]byte(nil), data...), MsgID: msgID, Durable: true})
+}
+
+// PublishCore records a core publish.
+func (b *Bus) PublishCore(subject string, data []byte) error {
+	return b.record(Published{Subject: subject, Data: append([]byte(nil), data...)})
+}
+
+func (b *Bus) record(p Published) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.published = append(b.published, p)
+	b.changed()
+	return nil
+}
+
+// All returns everything published so far.
+func (b *Bus) All() []Published {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]Published(nil), b.published...)
+}
+
+// Outbounds returns the outbound envelopes published so far, in order.
+func (b *Bus) Outbounds() []bus.Outbound {
+	var out []bus.Outbound
+	for _, p := range b.All() {
+		if strings.HasPrefix(p.Subject, b.subj.Prefix+".out.") {
+			var o bus.Outbound
+			if json.Unmarshal(p.Data, &o) == nil {
+				out = append(out, o)
+			}
+		}
+	}
+	return out
+}
+
+// Events returns the agent events published so far, in order.
+func (b *Bus) Events() []bus.Event {
+	var out []bus.Event
+	for _, p := range b.All() {
+		if strings.HasPrefix(p.Subject, b.subj.Prefix+".event.") {
+			var e bus.Event
+			if json.Unmarshal(p.Data, &e) == nil {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
+}
+
+// DeadLetters returns the DLQ records published so far.
+func (b *Bus) DeadLetters() []bus.DLQRecord {
+	var out []bus.DLQRecord
+	for _, p := range b.All() {
+		if strings.HasPrefix(p.Subject, b.subj.Prefix+".dlq.") {
+			var r bus.DLQRecord
+			if json.Unmarshal(p.Data, &r) == nil {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// WaitFor waits until pred holds for an outbound envelope and returns it,
+// failing the test at the deadline.
+func (b *Bus) WaitFor(t testing.TB, timeout time.Duration, pred func(bus.Outbound) bool) bus.Outbound {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		b.mu.Lock()
+		wait := b.cond
+		b.mu.Unlock()
+		for _, o := range b.Outbounds() {
+			if pred(o) {
+				return o
+			}
+		}
+		select {
+		case <-wait:
+		case <-deadline.C:
+			t.Fatalf("agenttest: no matching outbound within %s; saw %+v", timeout, b.Outbounds())
+			return bus.Outbound{}
+		}
+	}
+}
+
+// WaitFinal waits for the final outbound envelope answering inbound id.
+func (b *Bus) WaitFinal(t testing.TB, timeout time.Duration, id string) bus.Outbound {
+	t.Helper()
+	return b.WaitFor(t, timeout, func(o bus.Outbound) bool { return o.InReplyTo == id && o.Final })
+}
+
+// Ack implements bus.Delivery.
+func (d *Delivery) Ack() error { return d.settle(&d.acked) }
+
+// Term implements bus.Delivery.
+func (d *Delivery) Term() error { return d.settle(&d.termed) }
+
+func (d *Delivery) settle(flag *bool) error {
+	d.b.mu.Lock()
+	defer d.b.mu.Unlock()
+	if d.acked || d.termed {
+		return errors.New("agenttest: message already acknowledged")
+	}
+	*flag = true
+	d.b.changed()
+	return nil
+}
+
+// InProgress implements bus.Delivery.
+func (d *Delivery) InProgress() error {
+	d.b.mu.Lock()
+	defer d.b.mu.Unlock()
+	d.inProgress++
+	return nil
+}
+
+// Subject implements bus.Delivery.
+func (d *Delivery) Subject() string { return d.subject }
+
+// Data implements bus.Delivery.
+func (d *Delivery) Data() []byte { return d.data }
+
+// State reports whether the message was acknowledged or terminated.
+func (d *Delivery) State() (acked, termed bool) {
+	d.b.mu.Lock()
+	defer d.b.mu.Unlock()
+	return d.acked, d.termed
+}
