@@ -111,3 +111,20 @@ func TestInvalidEnvelopesDeadLettered(t *testing.T) {
 		t.Fatalf("dead letters %+v, model requests %d", dl, h.model.RequestCount())
 	}
 }
+
+func TestToolPairingRejectionRetriedWithPlainHistory(t *testing.T) {
+	echo := &testTool{name: "echo"}
+	h := newHarness(t, withTools(echo))
+	h.model.Enqueue(calling(call("a", "echo", `{}`)), llmtest.TextReply("first done"))
+	h.ask("m1", "use the tool")
+	h.model.Enqueue(llmtest.ErrorReply(400, "invalid_request_error", "messages with role 'tool' must be a response to a preceding message with 'tool_calls'"),
+		llmtest.TextReply("second done"))
+	if got := h.ask("m2", "again"); got.Text != "second done" {
+		t.Fatalf("final = %+v", got)
+	}
+	for _, m := range h.request(3).Body.Messages {
+		if m.Role == "tool" || len(m.ToolCalls) > 0 {
+			t.Fatalf("retry still carries tool traffic: %+v", m)
+		}
+	}
+}

@@ -212,6 +212,7 @@ type turn struct {
 	res        TurnResult
 	br         breaker
 	overflowed bool
+	repaired   bool // a tool-pairing rejection was answered by simplifying the context
 	pending    []string // steering taken between tool calls, applied next step
 	// lastResults is the index in context of the current step's tool
 	// results (sent uncut), or -1.
@@ -438,6 +439,19 @@ var errOverflowReset = errors.New("agent: context overflow persists after compac
 // retries once; a second overflow in the same turn gives errOverflowReset.
 func (t *turn) callRecovering(specs []llm.Tool, extra []llm.Message) (*llm.Response, error) {
 	resp, err := t.call(specs, extra)
+	if err != nil && errors.Is(err, llm.ErrToolPairing) && !t.repaired {
+		// Our sanitiser keeps OpenAI's rules; a provider with stricter ones
+		// gets the older turns as plain text (tool traffic dropped), once.
+		t.repaired = true
+		cur := len(t.context) - len(t.added)
+		t.context = append(compressTurns(t.context[:cur]), t.context[cur:]...)
+		t.lastResults = -1
+		if len(t.added) > 0 && t.added[len(t.added)-1].Role == memory.RoleTool {
+			t.lastResults = len(t.context) - 1
+		}
+		t.e.log.Warn("provider rejected tool pairing; retrying with older turns as plain text", "session", t.in.Session.Key, "err", err)
+		resp, err = t.call(specs, extra)
+	}
 	if err == nil || !errors.Is(err, llm.ErrContextOverflow) {
 		return resp, err
 	}

@@ -125,6 +125,36 @@ var overflowMarkers = [...]string{
 	"requested more tokens than the context", // generic
 }
 
+// markKind wraps err with ErrContextOverflow or ErrToolPairing when the
+// provider's answer says so.
+func markKind(out *APIError, err error, typ string) error {
+	switch {
+	case isOverflow(out.Code, typ, out.Message):
+		return fmt.Errorf("%w: %w", ErrContextOverflow, err)
+	case out.Status == http.StatusBadRequest && isToolPairing(out.Message):
+		return fmt.Errorf("%w: %w", ErrToolPairing, err)
+	}
+	return err
+}
+
+// toolPairingMarkers are phrases of providers' 400 answers about tool
+// calls and results that do not match up.
+var toolPairingMarkers = []string{
+	"tool_call_id", "tool_calls' must be followed", "tool_calls must be followed",
+	"tool_use ids", "tool_result", "messages with role 'tool'", "role 'tool' must be a response",
+}
+
+// isToolPairing reports whether msg names a tool call/result mismatch.
+func isToolPairing(msg string) bool {
+	l := strings.ToLower(msg)
+	for _, m := range toolPairingMarkers {
+		if strings.Contains(l, m) {
+			return true
+		}
+	}
+	return false
+}
+
 // isOverflow reports whether any of the texts names a context overflow.
 func isOverflow(texts ...string) bool {
 	for _, t := range texts {
@@ -238,15 +268,11 @@ func apiError(err error, status int, retryAfter time.Duration) *APIError {
 			out.Code, typ, out.Message = parseBody(re.Body)
 		}
 		out.Code = preferType(out.Code, typ)
-		if isOverflow(out.Code, typ, out.Message) {
-			out.Err = fmt.Errorf("%w: %w", ErrContextOverflow, err)
-		}
+		out.Err = markKind(out, err, typ)
 	case errors.As(err, &oa):
 		out = &APIError{Status: oa.HTTPStatusCode, Code: codeString(oa.Code), Message: oa.Message, Err: err}
 		out.Code = preferType(out.Code, oa.Type)
-		if isOverflow(out.Code, oa.Type, oa.Message) {
-			out.Err = fmt.Errorf("%w: %w", ErrContextOverflow, err)
-		}
+		out.Err = markKind(out, err, oa.Type)
 	case status >= 300:
 		// The body could not be read or parsed, but the status is known.
 		out = &APIError{Status: status, Message: truncate(err.Error()), Err: err}

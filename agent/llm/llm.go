@@ -141,6 +141,9 @@ var (
 	ErrTruncated = errors.New("llm: stream ended without a finish reason")
 	// ErrContextOverflow: the request exceeded the model's context window.
 	ErrContextOverflow = errors.New("llm: context length exceeded")
+	// ErrToolPairing: the provider rejected the request because tool calls
+	// and tool results did not match up (never retried as is).
+	ErrToolPairing = errors.New("llm: tool calls and results rejected by the provider")
 )
 
 // APIError is a non-retryable (or retries exhausted) error from the endpoint.
