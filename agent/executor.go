@@ -150,16 +150,37 @@ type postTurnRunner interface {
 }
 
 // Executor runs the tool-calling loop of one turn. It is immutable and safe
-// for concurrent use by many sessions.
+// for concurrent use by many sessions. The tool set is read at the start of
+// every turn, so a toolbox whose tools change (MCP servers joining) works.
 type Executor struct {
-	model    Model
-	tools    Toolbox
-	post     postTurnRunner
-	opt      ExecOptions
+	model Model
+	tools Toolbox
+	post  postTurnRunner
+	opt   ExecOptions
+	log   *slog.Logger
+}
+
+// toolSet is the tools offered during one turn.
+type toolSet struct {
+	specs    []llm.Tool
 	required map[string][]string // tool → required parameters
 	parallel map[string]bool     // tool → parallel-safe
-	specs    []llm.Tool
-	log      *slog.Logger
+}
+
+// toolSet snapshots the toolbox for one turn.
+func (e *Executor) toolSet() toolSet {
+	ts := toolSet{required: map[string][]string{}, parallel: map[string]bool{}}
+	for _, t := range e.Tools() {
+		ts.specs = append(ts.specs, llm.Tool{Name: t.Name(), Description: t.Description(), Parameters: t.Schema()})
+		ts.parallel[t.Name()] = t.ParallelSafe()
+		var s struct {
+			Required []string `json:"required"`
+		}
+		if json.Unmarshal(t.Schema(), &s) == nil {
+			ts.required[t.Name()] = s.Required
+		}
+	}
+	return ts
 }
 
 // NewExecutor returns an executor. tb may be nil (no tools).
@@ -174,21 +195,9 @@ func NewExecutor(model Model, tb Toolbox, opt ExecOptions, log *slog.Logger) *Ex
 	if opt.ParallelTools <= 0 {
 		opt.ParallelTools = defaultParallelTools
 	}
-	e := &Executor{model: model, tools: tb, opt: opt, log: log, required: map[string][]string{}, parallel: map[string]bool{}}
-	if tb != nil {
-		for _, t := range tb.List() {
-			e.specs = append(e.specs, llm.Tool{Name: t.Name(), Description: t.Description(), Parameters: t.Schema()})
-			e.parallel[t.Name()] = t.ParallelSafe()
-			var s struct {
-				Required []string `json:"required"`
-			}
-			if json.Unmarshal(t.Schema(), &s) == nil {
-				e.required[t.Name()] = s.Required
-			}
-		}
-		if p, ok := tb.(postTurnRunner); ok {
-			e.post = p
-		}
+	e := &Executor{model: model, tools: tb, opt: opt, log: log}
+	if p, ok := tb.(postTurnRunner); ok && tb != nil {
+		e.post = p
 	}
 	return e
 }
@@ -210,6 +219,7 @@ type turn struct {
 	context    []memory.Message // history + new messages
 	added      []memory.Message
 	res        TurnResult
+	ts         toolSet
 	br         breaker
 	overflowed bool
 	repaired   bool // a tool-pairing rejection was answered by simplifying the context
@@ -234,7 +244,7 @@ func (t *turn) event(typ string, data any) {
 // was cancelled by anything but /stop; otherwise it always returns a result
 // with a final text, whatever the model or the tools do.
 func (e *Executor) Run(ctx context.Context, in TurnInput) (TurnResult, error) {
-	t := &turn{e: e, in: in, ctx: ctx, lastResults: -1}
+	t := &turn{e: e, in: in, ctx: ctx, lastResults: -1, ts: e.toolSet()}
 	t.context = make([]memory.Message, 0, len(in.History)+8)
 	t.context = append(t.context, in.History...)
 	t.add(in.User)
@@ -264,7 +274,7 @@ func (t *turn) loop() error {
 			return nil
 		}
 		t.res.Steps = step
-		resp, err := t.callRecovering(e.specs, nil)
+		resp, err := t.callRecovering(t.ts.specs, nil)
 		if err != nil {
 			if cerr := t.checkCancel(); cerr != nil {
 				t.keepPartial(resp)
@@ -599,7 +609,7 @@ func (t *turn) prepare(c llm.ToolCall, finish string) prepared {
 		}
 	default:
 		p.args, p.hash = args, argsHash(args)
-		if req := t.e.required[c.Name]; len(req) > 0 && string(args) == "{}" {
+		if req := t.ts.required[c.Name]; len(req) > 0 && string(args) == "{}" {
 			p.err = fmt.Sprintf("your %s call arrived with no arguments at all, but it requires: %s. It was probably cut off; send the call again with its arguments.",
 				c.Name, strings.Join(req, ", "))
 		}
@@ -657,7 +667,7 @@ func (t *turn) runTools(calls []llm.ToolCall, finish string) (aborted bool, why 
 
 	nParallel := 0
 	for _, c := range calls {
-		if t.e.parallel[c.Name] {
+		if t.ts.parallel[c.Name] {
 			nParallel++
 		}
 	}
@@ -693,7 +703,7 @@ func (t *turn) runTools(calls []llm.ToolCall, finish string) (aborted bool, why 
 			t.event(bus.EventToolResult, map[string]any{"id": c.ID, "name": c.Name, "error": true, "text": p.err, "duration_ms": 0})
 			continue
 		}
-		if nParallel >= 2 && t.e.parallel[c.Name] {
+		if nParallel >= 2 && t.ts.parallel[c.Name] {
 			launched[i] = true
 			sem <- struct{}{}
 			wg.Go(func() {

@@ -554,6 +554,7 @@ func TestEvents(t *testing.T) {
 	h.model.Enqueue(llmtest.Reply{Reasoning: "let me think", ToolCalls: []llmtest.ToolCall{call("a", "echo", `{}`)}},
 		llmtest.Reply{Text: "all done here", ChunkSize: 3, ChunkDelay: 15 * time.Millisecond})
 	h.ask("m1", "go")
+	h.bus.WaitEvent(t, wait, bus.EventTurnEnd)
 	seen := map[string]bus.Event{}
 	var order []string
 	for _, e := range h.bus.Events() {

@@ -192,6 +192,30 @@ func (b *Bus) WaitFor(t testing.TB, timeout time.Duration, pred func(bus.Outboun
 	}
 }
 
+// WaitEvent waits until an agent event of type typ was published and
+// returns it, failing the test at the deadline.
+func (b *Bus) WaitEvent(t testing.TB, timeout time.Duration, typ string) bus.Event {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		b.mu.Lock()
+		wait := b.cond
+		b.mu.Unlock()
+		for _, e := range b.Events() {
+			if e.Type == typ {
+				return e
+			}
+		}
+		select {
+		case <-wait:
+		case <-deadline.C:
+			t.Fatalf("agenttest: no %s event within %s", typ, timeout)
+			return bus.Event{}
+		}
+	}
+}
+
 // WaitFinal waits for the final outbound envelope answering inbound id.
 func (b *Bus) WaitFinal(t testing.TB, timeout time.Duration, id string) bus.Outbound {
 	t.Helper()
