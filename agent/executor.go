@@ -222,7 +222,7 @@ type turn struct {
 	ts         toolSet
 	br         breaker
 	overflowed bool
-	repaired   bool // a tool-pairing rejection was answered by simplifying the context
+	repaired   bool     // a tool-pairing rejection was answered by simplifying the context
 	pending    []string // steering taken between tool calls, applied next step
 	// lastResults is the index in context of the current step's tool
 	// results (sent uncut), or -1.
