@@ -128,3 +128,20 @@ func TestToolPairingRejectionRetriedWithPlainHistory(t *testing.T) {
 		}
 	}
 }
+
+func TestImageAttachmentWithoutMIME(t *testing.T) {
+	h := newHarness(t)
+	h.model.Enqueue(llmtest.TextReply("nice picture"))
+	h.bus.Send(bus.Inbound{ID: "p1", Channel: "console", ChatID: "c1", UserID: "u1", Text: "look",
+		Attachments: []bus.Attachment{{Kind: bus.AttachImage, URL: "https://example.com/cat.png"}}})
+	if got := h.final("p1"); got.Text != "nice picture" {
+		t.Fatalf("final = %+v", got)
+	}
+	parts := h.request(0).Body.Messages[1].MultiContent
+	if len(parts) != 2 || parts[1].ImageURL == nil || parts[1].ImageURL.URL != "https://example.com/cat.png" {
+		t.Fatalf("user message parts = %+v", parts)
+	}
+	if hist := h.history(); len(hist) != 2 {
+		t.Fatalf("history = %v", hist)
+	}
+}

@@ -3,8 +3,25 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
+	"strings"
 	"time"
 )
+
+// SubagentToolPrefix starts the tool name of every sub-agent.
+const SubagentToolPrefix = "agent-"
+
+var subagentName = regexp.MustCompile(`^[a-z0-9_-]{1,50}$`)
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
 
 // Config configures the agent runtime (YAML section "agent").
 type Config struct {
@@ -23,6 +40,41 @@ type Config struct {
 	// DeltaInterval is the minimum time between streamed deltas of a turn,
 	// and before the first one: a reply faster than this streams nothing.
 	DeltaInterval time.Duration `yaml:"delta_interval"`
+	// ExtraAttempts bounds model calls beyond MaxSteps that rollbacks and
+	// empty replies may use: a turn ends at MaxSteps + ExtraAttempts calls.
+	ExtraAttempts int `yaml:"extra_attempts"`
+	// MaxConsecutiveRollbacks bounds rollbacks in a row; after that the
+	// mistake is shown to the model instead.
+	MaxConsecutiveRollbacks int `yaml:"max_consecutive_rollbacks"`
+	// KeepToolResults, when >= 0, sends only the newest K tool results of
+	// the running turn in full; older ones are replaced by a placeholder in
+	// the request (history keeps them). -1 keeps all.
+	KeepToolResults int `yaml:"keep_tool_results"`
+	// Subagents are offered to the model as tools named agent-<name>.
+	Subagents map[string]SubagentConfig `yaml:"subagents"`
+	// SubagentDepth is how deep sub-agents nest: 1 offers sub-agents no
+	// agent-* tools, 2 lets them call one level further.
+	SubagentDepth int `yaml:"subagent_depth"`
+	// SubagentConcurrency bounds sub-agents running at once in one step.
+	SubagentConcurrency int `yaml:"subagent_concurrency"`
+}
+
+// SubagentConfig declares one sub-agent (agent.subagents.<name>).
+type SubagentConfig struct {
+	// Description tells the main model when to use it.
+	Description string `yaml:"description"`
+	// Prompt is its system prompt; PromptFile names a workspace file that
+	// holds it instead (read on every use, so edits apply at once).
+	Prompt     string `yaml:"prompt"`
+	PromptFile string `yaml:"prompt_file"`
+	// Tools allow-lists the tools it may use (names); empty gives none.
+	Tools []string `yaml:"tools"`
+	// MaxSteps bounds its model calls; 0 means half of agent.max_steps.
+	MaxSteps int `yaml:"max_steps"`
+	// Model overrides the model name; empty uses llm.model.
+	Model string `yaml:"model"`
+	// Timeout bounds a whole sub-agent run (default 5m).
+	Timeout time.Duration `yaml:"timeout"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -35,6 +87,12 @@ func DefaultConfig() Config {
 		MaxContextTokens:   64000,
 		MaxContextTurns:    30,
 		DeltaInterval:      500 * time.Millisecond,
+
+		ExtraAttempts:           20,
+		MaxConsecutiveRollbacks: 5,
+		KeepToolResults:         -1,
+		SubagentDepth:           1,
+		SubagentConcurrency:     3,
 	}
 }
 
@@ -58,6 +116,45 @@ func (c Config) Validate() error {
 	}
 	if c.MaxContextTurns < 1 {
 		errs = append(errs, fmt.Errorf("agent.max_context_turns: must be at least 1, got %d", c.MaxContextTurns))
+	}
+	if c.ExtraAttempts < 0 || c.ExtraAttempts > 1000 {
+		errs = append(errs, fmt.Errorf("agent.extra_attempts: must be between 0 and 1000, got %d", c.ExtraAttempts))
+	}
+	if c.MaxConsecutiveRollbacks < 0 || c.MaxConsecutiveRollbacks > 50 {
+		errs = append(errs, fmt.Errorf("agent.max_consecutive_rollbacks: must be between 0 and 50, got %d", c.MaxConsecutiveRollbacks))
+	}
+	if c.KeepToolResults < -1 {
+		errs = append(errs, fmt.Errorf("agent.keep_tool_results: must be -1 (keep all) or more, got %d", c.KeepToolResults))
+	}
+	if c.SubagentDepth < 1 || c.SubagentDepth > 5 {
+		errs = append(errs, fmt.Errorf("agent.subagent_depth: must be between 1 and 5, got %d", c.SubagentDepth))
+	}
+	if c.SubagentConcurrency < 1 || c.SubagentConcurrency > 32 {
+		errs = append(errs, fmt.Errorf("agent.subagent_concurrency: must be between 1 and 32, got %d", c.SubagentConcurrency))
+	}
+	for _, name := range sortedKeys(c.Subagents) {
+		sc := c.Subagents[name]
+		key := "agent.subagents." + name
+		if !subagentName.MatchString(name) {
+			errs = append(errs, fmt.Errorf("%s: the name must match %s (it becomes the tool agent-%s)", key, subagentName, name))
+		}
+		if strings.TrimSpace(sc.Description) == "" {
+			errs = append(errs, fmt.Errorf("%s.description: must not be empty (it tells the model when to use the sub-agent)", key))
+		}
+		if (sc.Prompt == "") == (sc.PromptFile == "") {
+			errs = append(errs, fmt.Errorf("%s: set exactly one of prompt and prompt_file", key))
+		}
+		if sc.MaxSteps < 0 || sc.MaxSteps > 1000 {
+			errs = append(errs, fmt.Errorf("%s.max_steps: must be between 0 and 1000, got %d", key, sc.MaxSteps))
+		}
+		if sc.Timeout < 0 {
+			errs = append(errs, fmt.Errorf("%s.timeout: must not be negative, got %s", key, sc.Timeout))
+		}
+		for _, tn := range sc.Tools {
+			if strings.HasPrefix(tn, SubagentToolPrefix) {
+				errs = append(errs, fmt.Errorf("%s.tools: %q: sub-agents reach other sub-agents through agent.subagent_depth, not the allow-list", key, tn))
+			}
+		}
 	}
 	if c.DeltaInterval < 10*time.Millisecond || c.DeltaInterval > time.Minute {
 		errs = append(errs, fmt.Errorf("agent.delta_interval: must be between 10ms and 1m, got %s", c.DeltaInterval))

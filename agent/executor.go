@@ -2,16 +2,12 @@ package agent
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
-	"unicode/utf8"
 
 	"switchboard/agent/llm"
 	"switchboard/bus"
@@ -40,6 +36,7 @@ const (
 	StopStopped        = "stopped"
 	StopCircuitBreaker = "circuit_breaker"
 	StopOverflowReset  = "overflow_reset"
+	StopContextLimit   = "context_limit"
 )
 
 // User-visible texts of the executor. They are honest about what happened.
@@ -135,11 +132,31 @@ type TurnResult struct {
 // ExecOptions configure an Executor.
 type ExecOptions struct {
 	ModelName       string
+	Temperature     float32       // the configured temperature (llm.temperature)
 	MaxSteps        int           // model calls per turn (agent.max_steps)
+	ExtraAttempts   int           // calls beyond MaxSteps for rollbacks and retries (agent.extra_attempts)
+	MaxRollbacks    int           // consecutive rollbacks (agent.max_consecutive_rollbacks)
+	KeepToolResults int           // newest tool results of a run sent in full; -1 all (agent.keep_tool_results)
 	ToolTimeout     time.Duration // per tool call (default 120 s)
 	ParallelTools   int           // concurrent parallel-safe calls (default 4)
-	ContextWindow   int           // the model's window (llm.context_window)
+	ContextWindow   int           // the model's window (llm.context_window); 0 disables the in-run guard
 	MaxOutputTokens int           // reserved for the reply (llm.max_tokens)
+
+	Subagents           map[string]Subagent // offered as tools agent-<name>
+	SubagentDepth       int                 // 1: sub-agents cannot call sub-agents
+	SubagentConcurrency int                 // sub-agents running at once in one step
+}
+
+// Subagent is a resolved agent.subagents.<name> entry.
+type Subagent struct {
+	Description string
+	// Prompt returns the system prompt (it may read a workspace file, so
+	// edits apply on the next use).
+	Prompt   func() (string, error)
+	Tools    []string // allow-list
+	MaxSteps int      // 0: half the parent's
+	Model    string   // "" : the configured model
+	Timeout  time.Duration
 }
 
 // postTurnRunner is the optional capability of a Toolbox that has
@@ -147,6 +164,12 @@ type ExecOptions struct {
 type postTurnRunner interface {
 	PostTurn() []tools.Tool
 	RunPostTurn(ctx context.Context, t tools.Tool, call tools.Call) tools.Result
+}
+
+// knower is the optional capability of a Toolbox that answers calls to
+// names it does not list (e.g. skills called as tools).
+type knower interface {
+	Known(name string) bool
 }
 
 // Executor runs the tool-calling loop of one turn. It is immutable and safe
@@ -160,24 +183,45 @@ type Executor struct {
 	log   *slog.Logger
 }
 
-// toolSet is the tools offered during one turn.
+// toolSet is the tools offered during one run (a turn or a sub-agent).
 type toolSet struct {
 	specs    []llm.Tool
-	required map[string][]string // tool → required parameters
-	parallel map[string]bool     // tool → parallel-safe
+	names    map[string]bool
+	required map[string][]string        // tool → required parameters
+	parallel map[string]bool            // tool → parallel-safe
+	schemas  map[string]json.RawMessage // tool → parameter schema
+	aliases  map[string]map[string]string
 }
 
-// toolSet snapshots the toolbox for one turn.
-func (e *Executor) toolSet() toolSet {
-	ts := toolSet{required: map[string][]string{}, parallel: map[string]bool{}}
-	for _, t := range e.Tools() {
-		ts.specs = append(ts.specs, llm.Tool{Name: t.Name(), Description: t.Description(), Parameters: t.Schema()})
-		ts.parallel[t.Name()] = t.ParallelSafe()
+var subtaskSchema = json.RawMessage(`{"type":"object","properties":{"subtask":{"type":"string","description":"The subtask, clearly defined, with the background the sub-agent needs."}},"required":["subtask"]}`)
+
+// toolSet snapshots the toolbox for one run: the tools allow admits, plus
+// the sub-agent tools when depth allows.
+func (e *Executor) toolSet(allow func(string) bool, depth int) toolSet {
+	ts := toolSet{names: map[string]bool{}, required: map[string][]string{}, parallel: map[string]bool{},
+		schemas: map[string]json.RawMessage{}, aliases: map[string]map[string]string{}}
+	add := func(name, desc string, schema json.RawMessage, parallel bool) {
+		ts.specs = append(ts.specs, llm.Tool{Name: name, Description: desc, Parameters: schema})
+		ts.names[name], ts.parallel[name], ts.schemas[name] = true, parallel, schema
 		var s struct {
 			Required []string `json:"required"`
 		}
-		if json.Unmarshal(t.Schema(), &s) == nil {
-			ts.required[t.Name()] = s.Required
+		if json.Unmarshal(schema, &s) == nil {
+			ts.required[name] = s.Required
+		}
+	}
+	for _, t := range e.Tools() {
+		if allow != nil && !allow(t.Name()) {
+			continue
+		}
+		add(t.Name(), t.Description(), t.Schema(), t.ParallelSafe())
+		if a, ok := t.(Aliased); ok {
+			ts.aliases[t.Name()] = a.Aliases()
+		}
+	}
+	if depth < e.opt.SubagentDepth {
+		for _, name := range sortedKeys(e.opt.Subagents) {
+			add(SubagentToolPrefix+name, e.opt.Subagents[name].Description, subtaskSchema, true)
 		}
 	}
 	return ts
@@ -195,6 +239,15 @@ func NewExecutor(model Model, tb Toolbox, opt ExecOptions, log *slog.Logger) *Ex
 	if opt.ParallelTools <= 0 {
 		opt.ParallelTools = defaultParallelTools
 	}
+	if opt.SubagentDepth <= 0 {
+		opt.SubagentDepth = 1
+	}
+	if opt.SubagentConcurrency <= 0 {
+		opt.SubagentConcurrency = 3
+	}
+	if opt.KeepToolResults == 0 && opt.MaxRollbacks == 0 && opt.ExtraAttempts == 0 {
+		opt.KeepToolResults = -1 // a zero ExecOptions keeps every result
+	}
 	e := &Executor{model: model, tools: tb, opt: opt, log: log}
 	if p, ok := tb.(postTurnRunner); ok && tb != nil {
 		e.post = p
@@ -210,23 +263,45 @@ func (e *Executor) Tools() []tools.Tool {
 	return e.tools.List()
 }
 
-// turn is the state of one running turn; it is used from the turn's
+// turn is the state of one run — a user turn or a sub-agent — used from its
 // goroutine only (tool goroutines write their own result slots).
 type turn struct {
-	e          *Executor
-	in         TurnInput
-	ctx        context.Context
-	context    []memory.Message // history + new messages
-	added      []memory.Message
-	res        TurnResult
-	ts         toolSet
-	br         breaker
+	e       *Executor
+	in      TurnInput
+	ctx     context.Context
+	context []memory.Message // history + new messages
+	added   []memory.Message
+	res     TurnResult
+	ts      toolSet
+	br      breaker
+
+	maxSteps int    // steps allowed
+	model    string // model override ("" = configured)
+	depth    int    // 0 for a user turn, 1 for its sub-agents, ...
+	subName  string // the sub-agent's name, "" for a user turn
+
+	steps     int  // progress; goes back down on a rollback
+	attempts  int  // model calls made for the loop; never decreases
+	rollbacks int  // consecutive rollbacks
+	resample  bool // the next call resamples a rolled-back answer
+
+	// answered maps tool+canonical args of successful calls in this run
+	// to their result, for duplicate detection.
+	answered map[string]string
+
 	overflowed bool
 	repaired   bool     // a tool-pairing rejection was answered by simplifying the context
 	pending    []string // steering taken between tool calls, applied next step
 	// lastResults is the index in context of the current step's tool
 	// results (sent uncut), or -1.
 	lastResults int
+
+	// In-run guard: usage of the last call, the context length then, and
+	// the tool results elided since (by tool id).
+	lastUsage  int
+	lastLen    int
+	savedSince int // tokens elided since the last call
+	elided     map[string]bool
 }
 
 func (t *turn) add(m memory.Message) {
@@ -240,14 +315,20 @@ func (t *turn) event(typ string, data any) {
 	}
 }
 
+func (e *Executor) newTurn(ctx context.Context, in TurnInput, maxSteps, depth int, allow func(string) bool) *turn {
+	t := &turn{e: e, in: in, ctx: ctx, lastResults: -1, ts: e.toolSet(allow, depth), maxSteps: maxSteps, depth: depth,
+		answered: map[string]string{}, elided: map[string]bool{}}
+	t.context = make([]memory.Message, 0, len(in.History)+8)
+	t.context = append(t.context, in.History...)
+	t.add(in.User)
+	return t
+}
+
 // Run executes one turn. It returns ErrAborted (and a zero result) when ctx
 // was cancelled by anything but /stop; otherwise it always returns a result
 // with a final text, whatever the model or the tools do.
 func (e *Executor) Run(ctx context.Context, in TurnInput) (TurnResult, error) {
-	t := &turn{e: e, in: in, ctx: ctx, lastResults: -1, ts: e.toolSet()}
-	t.context = make([]memory.Message, 0, len(in.History)+8)
-	t.context = append(t.context, in.History...)
-	t.add(in.User)
+	t := e.newTurn(ctx, in, e.opt.MaxSteps, 0, nil)
 	if err := t.loop(); err != nil {
 		return TurnResult{}, err
 	}
@@ -259,22 +340,80 @@ func (e *Executor) Run(ctx context.Context, in TurnInput) (TurnResult, error) {
 	return t.res, nil
 }
 
-// loop runs model steps until a final answer or a limit.
+// isTool reports whether the model may call name in this run.
+func (t *turn) isTool(name string) bool {
+	if t.ts.names[name] {
+		return true
+	}
+	if k, ok := t.e.tools.(knower); ok && t.e.tools != nil && !strings.HasPrefix(name, SubagentToolPrefix) {
+		return k.Known(name)
+	}
+	return false
+}
+
+// answerKey identifies a call for duplicate detection.
+func answerKey(c llm.ToolCall) string { return c.Name + "\x00" + argsHash([]byte(c.Arguments)) }
+
+// rollbackReason says why a reply should be dropped and resampled, or "".
+func (t *turn) rollbackReason(text string, calls []llm.ToolCall) string {
+	if len(calls) == 0 && hasCallMarkup(text, t.isTool) {
+		return "tool-call markup in the text instead of a tool call"
+	}
+	for _, c := range calls {
+		if !t.isTool(c.Name) {
+			return fmt.Sprintf("call to %q, which is not a tool", c.Name)
+		}
+	}
+	for _, c := range calls {
+		if _, dup := t.answered[answerKey(c)]; dup {
+			return fmt.Sprintf("exact duplicate of an earlier %s call in this task", c.Name)
+		}
+	}
+	return ""
+}
+
+// resampleTemperature is the temperature of a call that resamples a
+// rolled-back answer: a deterministic model would repeat its mistake.
+func (t *turn) resampleTemperature() *float32 {
+	if !t.resample {
+		return nil
+	}
+	temp := t.e.opt.Temperature
+	if temp < 0.7 {
+		temp = 0.7
+	} else {
+		temp = min(temp+0.2, 2)
+	}
+	return &temp
+}
+
+// loop runs model steps until a final answer or a limit. Two counters bound
+// it: steps (progress, lowered again by a rollback) and attempts (every
+// call, never lowered): it ends at maxSteps steps or maxSteps +
+// extra_attempts attempts, so no sequence of rollbacks or empty replies can
+// loop forever.
 func (t *turn) loop() error {
 	e := t.e
 	emptyRetried, nudged, afterTools := false, false, false
-	for step := 1; ; step++ {
+	for {
 		if err := t.checkCancel(); err != nil {
 			return t.stopped(err)
 		}
 		t.applySteer(append(t.pending, t.takeSteer(false)...))
 		t.pending = nil
-		if step > e.opt.MaxSteps {
-			t.forcedSummary()
+		if t.steps >= t.maxSteps || t.attempts >= t.maxSteps+e.opt.ExtraAttempts {
+			t.limitReached()
 			return nil
 		}
-		t.res.Steps = step
+		t.attempts++
+		t.steps++
+		t.res.Steps = t.steps
+		if !t.guard(t.ts.specs, nil) {
+			t.cutShort()
+			return nil
+		}
 		resp, err := t.callRecovering(t.ts.specs, nil)
+		t.resample = false
 		if err != nil {
 			if cerr := t.checkCancel(); cerr != nil {
 				t.keepPartial(resp)
@@ -283,20 +422,28 @@ func (t *turn) loop() error {
 			t.fail(err)
 			return nil
 		}
-		text := strings.TrimSpace(stripThink(resp.Text))
 		calls := uniqueIDs(resp.ToolCalls)
+		if why := t.rollbackReason(resp.Text, calls); why != "" && t.rollbacks < e.opt.MaxRollbacks {
+			t.rollbacks++
+			t.steps--
+			t.resample = true
+			e.log.Info("rolling back a model reply", "session", t.in.Session.Key, "reason", why, "consecutive", t.rollbacks)
+			t.event("rollback", map[string]any{"reason": why, "consecutive": t.rollbacks, "attempt": t.attempts, "subagent": t.subName})
+			continue
+		}
+		text := cleanReply(resp.Text, t.isTool)
 		if text == "" && len(calls) == 0 {
 			switch {
 			case !emptyRetried:
 				emptyRetried = true
-				step--
+				t.steps--
 				e.log.Warn("empty model reply; retrying once", "session", t.in.Session.Key)
 				continue
-			case afterTools && !nudged:
+			case afterTools && !nudged && t.subName == "":
 				nudged = true
 				e.log.Warn("empty model reply after tools; nudging", "session", t.in.Session.Key)
 				if r, err := t.call(nil, []llm.Message{{Role: llm.RoleUser, Content: nudgePrompt}}); err == nil {
-					if s := strings.TrimSpace(stripThink(r.Text)); s != "" {
+					if s := cleanReply(r.Text, t.isTool); s != "" {
 						t.finalText(s, bus.KindReply, StopCompleted)
 						return nil
 					}
@@ -309,6 +456,7 @@ func (t *turn) loop() error {
 			t.res.Text, t.res.Kind, t.res.StopReason = textEmptyFallback, bus.KindError, StopEmpty
 			return nil
 		}
+		t.rollbacks = 0 // a good step
 		am := memory.Message{Role: memory.RoleAssistant, Time: time.Now().UTC()}
 		if r := truncateMiddle(resp.Reasoning, maxStoredReasoning); r != "" {
 			am.Blocks = append(am.Blocks, memory.Block{Type: memory.BlockThinking, Text: r})
@@ -322,11 +470,11 @@ func (t *turn) loop() error {
 			// than lost; only an empty inbox closes.
 			if items := t.takeSteer(true); len(items) > 0 {
 				t.applySteer(items)
-				t.event(bus.EventStepEnd, map[string]any{"step": step, "tool_calls": 0, "steered": true})
+				t.event(bus.EventStepEnd, map[string]any{"step": t.steps, "tool_calls": 0, "steered": true})
 				continue
 			}
 			t.res.Text, t.res.Kind, t.res.StopReason = text, bus.KindReply, StopCompleted
-			t.event(bus.EventStepEnd, map[string]any{"step": step, "tool_calls": 0})
+			t.event(bus.EventStepEnd, map[string]any{"step": t.steps, "tool_calls": 0})
 			return nil
 		}
 		for _, c := range calls {
@@ -335,12 +483,22 @@ func (t *turn) loop() error {
 		t.add(am)
 		aborted, why := t.runTools(calls, resp.FinishReason)
 		afterTools = true
-		t.event(bus.EventStepEnd, map[string]any{"step": step, "tool_calls": len(calls)})
+		t.event(bus.EventStepEnd, map[string]any{"step": t.steps, "tool_calls": len(calls)})
 		if aborted {
 			t.finalText(fmt.Sprintf(textBreakerStop, why), bus.KindError, StopCircuitBreaker)
 			return nil
 		}
 	}
+}
+
+// limitReached ends a run whose counters are exhausted: a user turn gets
+// the forced summary; a sub-agent goes on to its report.
+func (t *turn) limitReached() {
+	if t.subName != "" {
+		t.res.StopReason = StopMaxSteps
+		return
+	}
+	t.forcedSummary()
 }
 
 func (t *turn) finalText(text, kind, reason string) {
@@ -353,7 +511,7 @@ func (t *turn) keepPartial(resp *llm.Response) {
 	if resp == nil {
 		return
 	}
-	if s := strings.TrimSpace(stripThink(resp.Text)); s != "" {
+	if s := cleanReply(resp.Text, t.isTool); s != "" {
 		t.add(memory.Message{Role: memory.RoleAssistant, Time: time.Now().UTC(), Blocks: []memory.Block{{Type: memory.BlockText, Text: s}}})
 	}
 }
@@ -405,15 +563,14 @@ func (t *turn) applySteer(items []string) {
 func (t *turn) call(specs []llm.Tool, extra []llm.Message) (*llm.Response, error) {
 	msgs := make([]llm.Message, 0, len(t.context)+2+len(extra))
 	msgs = append(msgs, llm.Message{Role: llm.RoleSystem, Content: t.in.System})
-	msgs = append(msgs, toLLM(sanitize(limitOldResults(t.context, t.lastResults, maxOldToolResultChars)))...)
+	msgs = append(msgs, toLLM(sanitize(t.requestContext()))...)
 	msgs = append(msgs, extra...)
-	var text, reasoning strings.Builder
+	var text strings.Builder
 	onDelta := func(d llm.Delta) {
 		if t.in.Sink == nil {
 			return
 		}
 		if d.Reasoning != "" {
-			reasoning.WriteString(d.Reasoning)
 			t.in.Sink.Event(bus.EventReasoningDelta, map[string]any{"text": d.Reasoning})
 		}
 		if d.Text != "" {
@@ -423,14 +580,17 @@ func (t *turn) call(specs []llm.Tool, extra []llm.Message) (*llm.Response, error
 			}
 		}
 	}
-	req := llm.Request{Messages: msgs, Tools: specs, OnRetry: func(attempt int, wait time.Duration, err error) {
-		if t.in.Sink != nil {
-			t.in.Sink.Typing()
-		}
-		t.e.log.Info("model call will be retried", "session", t.in.Session.Key, "attempt", attempt, "wait", wait, "err", err)
-	}}
+	req := llm.Request{Messages: msgs, Tools: specs, Model: t.model, Temperature: t.resampleTemperature(),
+		OnRetry: func(attempt int, wait time.Duration, err error) {
+			if t.in.Sink != nil {
+				t.in.Sink.Typing()
+			}
+			t.e.log.Info("model call will be retried", "session", t.in.Session.Key, "attempt", attempt, "wait", wait, "err", err)
+		}}
 	resp, err := t.e.model.Stream(t.ctx, req, onDelta)
+	t.lastLen, t.lastUsage, t.savedSince = len(t.context), 0, 0
 	if resp != nil {
+		t.lastUsage = resp.Usage.PromptTokens
 		t.res.Usage.PromptTokens += resp.Usage.PromptTokens
 		t.res.Usage.CompletionTokens += resp.Usage.CompletionTokens
 		t.res.Usage.TotalTokens += resp.Usage.TotalTokens
@@ -439,100 +599,6 @@ func (t *turn) call(specs []llm.Tool, extra []llm.Message) (*llm.Response, error
 		}
 	}
 	return resp, err
-}
-
-// errOverflowReset marks a context overflow that compaction did not cure.
-var errOverflowReset = errors.New("agent: context overflow persists after compaction")
-
-// callRecovering is call with overflow self-healing: on a context overflow
-// it compacts the context to 90 % of the budget the error reveals and
-// retries once; a second overflow in the same turn gives errOverflowReset.
-func (t *turn) callRecovering(specs []llm.Tool, extra []llm.Message) (*llm.Response, error) {
-	resp, err := t.call(specs, extra)
-	if err != nil && errors.Is(err, llm.ErrToolPairing) && !t.repaired {
-		// Our sanitiser keeps OpenAI's rules; a provider with stricter ones
-		// gets the older turns as plain text (tool traffic dropped), once.
-		t.repaired = true
-		cur := len(t.context) - len(t.added)
-		t.context = append(compressTurns(t.context[:cur]), t.context[cur:]...)
-		t.lastResults = -1
-		if len(t.added) > 0 && t.added[len(t.added)-1].Role == memory.RoleTool {
-			t.lastResults = len(t.context) - 1
-		}
-		t.e.log.Warn("provider rejected tool pairing; retrying with older turns as plain text", "session", t.in.Session.Key, "err", err)
-		resp, err = t.call(specs, extra)
-	}
-	if err == nil || !errors.Is(err, llm.ErrContextOverflow) {
-		return resp, err
-	}
-	if t.overflowed {
-		return nil, fmt.Errorf("%w: %w", errOverflowReset, err)
-	}
-	t.overflowed = true
-	window := windowFromError(err)
-	if window == 0 {
-		window = t.e.opt.ContextWindow
-	}
-	sys := textTokens(t.in.System)
-	target := int(0.9 * float64(window-t.e.opt.MaxOutputTokens-sys))
-	before := totalTokens(t.context)
-	t.compactTo(target)
-	t.e.log.Warn("context overflow; compacted and retrying once", "session", t.in.Session.Key,
-		"window", window, "target_tokens", target, "before_tokens", before, "after_tokens", totalTokens(t.context))
-	t.event("context_compacted", map[string]any{"window": window, "target": target, "before": before, "after": totalTokens(t.context)})
-	resp, err = t.call(specs, extra)
-	if err != nil && errors.Is(err, llm.ErrContextOverflow) {
-		return nil, fmt.Errorf("%w: %w", errOverflowReset, err)
-	}
-	return resp, err
-}
-
-// compactTo shrinks the context toward target tokens in at most 32 rounds:
-// first the older half of earlier turns goes (into Dropped), then the
-// largest tool result of this turn is halved.
-func (t *turn) compactTo(target int) {
-	for range maxCompactRounds {
-		if totalTokens(t.context) <= target {
-			return
-		}
-		cur := len(t.context) - len(t.added) // first message of this turn
-		if starts := turnStarts(t.context[:cur]); len(starts) > 0 {
-			cut := cur
-			if len(starts) > 1 {
-				cut = starts[len(starts)/2]
-			}
-			t.res.Dropped = append(t.res.Dropped, t.context[:cut]...)
-			t.context = append([]memory.Message(nil), t.context[cut:]...)
-			continue
-		}
-		if !t.halveLargestResult(cur) {
-			return
-		}
-	}
-}
-
-// halveLargestResult cuts the largest tool result of this turn (from index
-// cur) to half its size; false when nothing is left to cut.
-func (t *turn) halveLargestResult(cur int) bool {
-	bi, bj, size := -1, -1, 1000
-	for i := cur; i < len(t.context); i++ {
-		for j, b := range t.context[i].Blocks {
-			if b.Type == memory.BlockToolResult && len(b.Text) > size {
-				bi, bj, size = i, j, len(b.Text)
-			}
-		}
-	}
-	if bi < 0 {
-		return false
-	}
-	m := t.context[bi]
-	m.Blocks = append([]memory.Block(nil), m.Blocks...)
-	m.Blocks[bj].Text = truncateMiddle(m.Blocks[bj].Text, size/2)
-	t.context[bi] = m
-	if k := bi - (len(t.context) - len(t.added)); k >= 0 {
-		t.added[k] = m
-	}
-	return true
 }
 
 // fail turns a model error into an honest final text.
@@ -552,12 +618,13 @@ func (t *turn) fail(err error) {
 // forcedSummary makes one extra call without tools after max_steps, with a
 // temporary instruction that is never stored.
 func (t *turn) forcedSummary() {
-	n := t.e.opt.MaxSteps
+	n := t.maxSteps
 	extra := []llm.Message{{Role: llm.RoleUser, Content: fmt.Sprintf(maxStepsPrompt, n)}}
-	resp, err := t.callRecovering(nil, extra)
 	text := ""
-	if err == nil {
-		text = strings.TrimSpace(stripThink(resp.Text))
+	if t.guard(nil, extra) {
+		if resp, err := t.callRecovering(nil, extra); err == nil {
+			text = cleanReply(resp.Text, t.isTool)
+		}
 	}
 	if text == "" {
 		text = fmt.Sprintf(textMaxStepsFallback, n)
@@ -581,245 +648,4 @@ func (t *turn) runPostTurn() {
 		}
 		t.event(bus.EventToolResult, map[string]any{"name": tl.Name(), "stage": tools.StagePostTurn, "error": r.IsError, "text": truncateMiddle(r.Text, 2000)})
 	}
-}
-
-// prepared is one tool call after argument and breaker checks.
-type prepared struct {
-	call llm.ToolCall
-	args json.RawMessage
-	hash string
-	err  string // set: the call is answered with this error without running
-	stop bool   // the breaker ended the run; err says why
-}
-
-// prepare parses a call's arguments and asks the circuit breaker.
-func (t *turn) prepare(c llm.ToolCall, finish string) prepared {
-	p := prepared{call: c, hash: argsHash([]byte(c.Arguments))}
-	writes := c.Name == "write_file" || c.Name == "edit_file"
-	switch args, reason := normaliseArgs(c.Arguments, finish); {
-	case len(c.Arguments) > maxArgBytes:
-		p.err = fmt.Sprintf("the arguments of this %s call are too large (%d bytes; the limit is %d). Send less per call.", c.Name, len(c.Arguments), maxArgBytes)
-		if writes {
-			p.err += splitWriteAdvice
-		}
-	case reason != "":
-		p.err = reason
-		if writes && strings.Contains(reason, "cut off") {
-			p.err += splitWriteAdvice
-		}
-	default:
-		p.args, p.hash = args, argsHash(args)
-		if req := t.ts.required[c.Name]; len(req) > 0 && string(args) == "{}" {
-			p.err = fmt.Sprintf("your %s call arrived with no arguments at all, but it requires: %s. It was probably cut off; send the call again with its arguments.",
-				c.Name, strings.Join(req, ", "))
-		}
-	}
-	if p.err != "" {
-		return p
-	}
-	switch v, why := t.br.check(c.Name, p.hash); v {
-	case block:
-		p.err = why
-	case abort:
-		p.err, p.stop = why, true
-	}
-	return p
-}
-
-// runTools runs the calls of one step and appends exactly one result per
-// call, in call order, whatever happens: a deferred fill covers panics in
-// this function, cancellation, steering and the circuit breaker. Parse
-// errors and blocked calls count as failures. It reports whether the
-// circuit breaker ended the run, and why.
-func (t *turn) runTools(calls []llm.ToolCall, finish string) (aborted bool, why string) {
-	results := make([]memory.Block, len(calls))
-	done := make([]bool, len(calls))
-	preps := make([]prepared, len(calls))
-	denied := make([]bool, len(calls))
-	launched := make([]bool, len(calls))
-	skipped := false
-	var wg sync.WaitGroup
-	defer func() {
-		rec := recover()
-		msg := memory.Message{Role: memory.RoleTool, Time: time.Now().UTC()}
-		for i, c := range calls {
-			if !done[i] {
-				text := missingToolResult
-				switch {
-				case skipped:
-					text = "Error: " + textSkipped
-				case t.ctx.Err() != nil:
-					text = "Error: " + textCancelled
-				case aborted:
-					text = "Error: not run: the run was stopped after repeated failures."
-				}
-				results[i] = memory.Block{Type: memory.BlockToolResult, ToolID: c.ID, Text: text, IsError: true}
-			}
-			msg.Blocks = append(msg.Blocks, results[i])
-		}
-		t.add(msg)
-		t.lastResults = len(t.context) - 1
-		if rec != nil {
-			t.e.log.Error("tool step panicked", "session", t.in.Session.Key, "panic", rec)
-		}
-	}()
-	defer wg.Wait() // runs before the fill above
-
-	nParallel := 0
-	for _, c := range calls {
-		if t.ts.parallel[c.Name] {
-			nParallel++
-		}
-	}
-	sem := make(chan struct{}, t.e.opt.ParallelTools)
-	record := func(i int) {
-		if denied[i] {
-			return // permission denials are not failures of the model's approach
-		}
-		if t.br.record(calls[i].Name, preps[i].hash, !results[i].IsError) {
-			results[i].Text += repeatHint
-		}
-	}
-	for i, c := range calls {
-		if t.ctx.Err() != nil {
-			return false, ""
-		}
-		if items := t.takeSteer(false); len(items) > 0 {
-			wg.Wait()
-			skipped = true
-			t.pending = append(t.pending, items...)
-			return false, ""
-		}
-		preps[i] = t.prepare(c, finish)
-		p := preps[i]
-		if p.stop {
-			t.br.record(c.Name, p.hash, false)
-			return true, p.err
-		}
-		if p.err != "" {
-			results[i] = memory.Block{Type: memory.BlockToolResult, ToolID: c.ID, Text: "Error: " + p.err, IsError: true}
-			done[i] = true
-			t.br.record(c.Name, p.hash, false)
-			t.event(bus.EventToolResult, map[string]any{"id": c.ID, "name": c.Name, "error": true, "text": p.err, "duration_ms": 0})
-			continue
-		}
-		if nParallel >= 2 && t.ts.parallel[c.Name] {
-			launched[i] = true
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				results[i], denied[i] = t.runTool(p)
-				done[i] = true
-			})
-			continue
-		}
-		results[i], denied[i] = t.runTool(p)
-		done[i] = true
-		record(i)
-	}
-	wg.Wait()
-	for i := range calls {
-		if launched[i] && done[i] {
-			record(i)
-		}
-	}
-	return false, ""
-}
-
-// runTool runs one call with its own timeout; the toolbox turns errors and
-// panics into error results. It reports whether the tool denied the call.
-func (t *turn) runTool(p prepared) (memory.Block, bool) {
-	c := p.call
-	t.event(bus.EventToolCall, map[string]any{"id": c.ID, "name": c.Name, "arguments": string(p.args)})
-	start := time.Now()
-	var r tools.Result
-	if t.e.tools == nil {
-		r = tools.Result{Text: "Error: no tools are available", IsError: true}
-	} else {
-		ctx, cancel := context.WithTimeout(t.ctx, t.e.opt.ToolTimeout)
-		r = t.e.tools.Run(ctx, c.Name, tools.Call{ID: c.ID, Args: p.args, Session: t.in.Session})
-		if ctx.Err() == context.DeadlineExceeded && t.ctx.Err() == nil && !r.IsError {
-			r = tools.Result{Text: fmt.Sprintf("Error: %s timed out after %s", c.Name, t.e.opt.ToolTimeout), IsError: true}
-		}
-		cancel()
-	}
-	text := truncateMiddle(r.Text, maxToolResultChars)
-	if text == "" {
-		text = emptyToolResult
-	}
-	t.event(bus.EventToolResult, map[string]any{"id": c.ID, "name": c.Name, "error": r.IsError,
-		"duration_ms": time.Since(start).Milliseconds(), "text": truncateMiddle(text, 2000)})
-	return memory.Block{Type: memory.BlockToolResult, ToolID: c.ID, Text: text, IsError: r.IsError}, r.Denied
-}
-
-// uniqueIDs gives every call of a step a distinct, non-empty id (some
-// providers repeat or omit them): "call_" and 24 random hex digits.
-func uniqueIDs(calls []llm.ToolCall) []llm.ToolCall {
-	seen := make(map[string]bool, len(calls))
-	out := make([]llm.ToolCall, len(calls))
-	for i, c := range calls {
-		if c.ID == "" || seen[c.ID] {
-			c.ID = newCallID()
-		}
-		seen[c.ID] = true
-		out[i] = c
-	}
-	return out
-}
-
-func newCallID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return "call_" + hex.EncodeToString(b[:])
-}
-
-// argsForHistory stores the arguments as sent when they are valid JSON
-// objects, and an empty object otherwise (the problem is reported in the
-// result).
-func argsForHistory(raw string) []byte {
-	if a, reason := normaliseArgs(raw, ""); reason == "" && len(raw) <= maxArgBytes {
-		return a
-	}
-	return []byte("{}")
-}
-
-// stripThink removes <think>...</think> sections, and an unfinished one at
-// the end, from model text.
-func stripThink(s string) string {
-	for {
-		i := strings.Index(s, "<think>")
-		if i < 0 {
-			return s
-		}
-		j := strings.Index(s[i:], "</think>")
-		if j < 0 {
-			return s[:i]
-		}
-		s = s[:i] + s[i+j+len("</think>"):]
-	}
-}
-
-// truncateMiddle keeps the head and tail of s within max bytes (cut on rune
-// boundaries) with a note of what was left out.
-func truncateMiddle(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	h, ts := max/2, len(s)-max/2
-	for h > 0 && !utf8.RuneStart(s[h]) {
-		h--
-	}
-	for ts < len(s) && !utf8.RuneStart(s[ts]) {
-		ts++
-	}
-	head, tail := s[:h], s[ts:]
-	return fmt.Sprintf("%s\n\n... [%d bytes omitted] ...\n\n%s", head, len(s)-len(head)-len(tail), tail)
-}
-
-func shortErr(err error) string {
-	s := err.Error()
-	if len(s) > 200 {
-		s = s[:200] + "..."
-	}
-	return s
 }

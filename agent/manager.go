@@ -56,6 +56,12 @@ type Options struct {
 	MaxOutputTokens int
 	// ToolTimeout bounds one tool call (default 120 s).
 	ToolTimeout time.Duration
+	// Temperature is the configured sampling temperature (llm.temperature);
+	// resampling after a rollback raises it.
+	Temperature float32
+	// ReadFile reads a workspace file (sub-agents' prompt_file); required
+	// when a sub-agent uses prompt_file.
+	ReadFile func(name string) (string, error)
 	// Heartbeat is how often queued and running messages are marked in
 	// progress on the bus so they are not redelivered (must be well under
 	// the consumer's AckWait).
@@ -117,8 +123,10 @@ func NewManager(cfg Config, opt Options, deps Deps) (*Manager, error) {
 		opt:  opt,
 		deps: deps,
 		exec: NewExecutor(deps.Model, deps.Tools, ExecOptions{
-			ModelName: opt.ModelName, MaxSteps: cfg.MaxSteps,
+			ModelName: opt.ModelName, Temperature: opt.Temperature, MaxSteps: cfg.MaxSteps,
+			ExtraAttempts: cfg.ExtraAttempts, MaxRollbacks: cfg.MaxConsecutiveRollbacks, KeepToolResults: cfg.KeepToolResults,
 			ContextWindow: opt.ContextWindow, MaxOutputTokens: opt.MaxOutputTokens, ToolTimeout: opt.ToolTimeout,
+			Subagents: subagents(cfg.Subagents, opt.ReadFile), SubagentDepth: cfg.SubagentDepth, SubagentConcurrency: cfg.SubagentConcurrency,
 		}, log),
 		log:      log.With("component", "agent"),
 		sem:      make(chan struct{}, cfg.MaxConcurrentTurns),
@@ -143,6 +151,25 @@ func (m *Manager) Run(ctx context.Context) error {
 		return fmt.Errorf("agent: consume: %w", err)
 	}
 	return nil
+}
+
+// subagents resolves the configured sub-agents for the executor.
+func subagents(cfgs map[string]SubagentConfig, read func(string) (string, error)) map[string]Subagent {
+	out := make(map[string]Subagent, len(cfgs))
+	for name, sc := range cfgs {
+		prompt := func() (string, error) { return sc.Prompt, nil }
+		if sc.PromptFile != "" {
+			file := sc.PromptFile
+			prompt = func() (string, error) {
+				if read == nil {
+					return "", fmt.Errorf("agent: no workspace to read %s from", file)
+				}
+				return read(file)
+			}
+		}
+		out[name] = Subagent{Description: sc.Description, Prompt: prompt, Tools: sc.Tools, MaxSteps: sc.MaxSteps, Model: sc.Model, Timeout: sc.Timeout}
+	}
+	return out
 }
 
 // ActiveSessions returns the number of live session goroutines.
@@ -285,6 +312,13 @@ func (m *Manager) deliverFinal(ctx context.Context, in *bus.Inbound, d bus.Deliv
 		Receipt:  memory.Receipt{Key: in.DedupKey(), Session: in.SessionKey(), Final: final, Time: m.opt.Now().UTC()},
 	}
 	err = m.deps.Store.CommitTurn(cctx, rec)
+	if errors.Is(err, memory.ErrInvalid) && len(rec.Messages) > 0 {
+		// A message the store refuses must not keep the answer from the
+		// user or make the message loop: keep the receipt, drop the turn.
+		m.log.Error("turn not storable; answering without saving it to history", "session", rec.Session, "err", err)
+		rec.Messages = nil
+		err = m.deps.Store.CommitTurn(cctx, rec)
+	}
 	switch {
 	case errors.Is(err, memory.ErrDuplicate):
 		r, ok, rerr := m.deps.Store.Receipt(cctx, in.DedupKey())

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -354,7 +355,7 @@ func userMessage(in *bus.Inbound, now time.Time) memory.Message {
 	var notes []string
 	for _, a := range in.Attachments {
 		if a.Kind == bus.AttachImage && (a.URL != "" || a.Data != "") {
-			msg.Blocks = append(msg.Blocks, memory.Block{Type: memory.BlockImage, MIME: a.MIME, URL: a.URL, Data: a.Data})
+			msg.Blocks = append(msg.Blocks, memory.Block{Type: memory.BlockImage, MIME: imageMIME(a), URL: a.URL, Data: a.Data})
 			continue
 		}
 		note := fmt.Sprintf("[attachment: %s %q (%s, %d bytes)", a.Kind, a.Name, a.MIME, a.Size)
@@ -370,6 +371,22 @@ func userMessage(in *bus.Inbound, now time.Time) memory.Message {
 		msg.Blocks = append([]memory.Block{{Type: memory.BlockText, Text: text}}, msg.Blocks...)
 	}
 	return msg
+}
+
+// imageMIME is an image attachment's MIME type: as sent, else guessed from
+// its name or URL, else a generic image type.
+func imageMIME(a bus.Attachment) string {
+	if a.MIME != "" {
+		return a.MIME
+	}
+	for _, name := range []string{a.Name, a.URL} {
+		if i := strings.LastIndexByte(name, '.'); i >= 0 {
+			if t := mime.TypeByExtension(strings.ToLower(strings.SplitN(name[i:], "?", 2)[0])); strings.HasPrefix(t, "image/") {
+				return t
+			}
+		}
+	}
+	return "image/jpeg"
 }
 
 // turnSink publishes a turn's typing signal, throttled deltas and events.

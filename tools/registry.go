@@ -23,10 +23,17 @@ const NoOutput = "(no output)"
 // Registry is an immutable set of tools, built once in main. It is safe
 // for concurrent use.
 type Registry struct {
-	tools  []Tool
-	byName map[string]Tool
-	log    *slog.Logger
+	tools    []Tool
+	byName   map[string]Tool
+	log      *slog.Logger
+	fallback Fallback
 }
+
+// Fallback answers a call to a name that no tool has, e.g. a skill's name
+// (the skill catalog returns its SKILL.md). It reports false when it does
+// not know the name either; the registry then returns its usual "unknown
+// tool" error result. It must be safe for concurrent use and honour ctx.
+type Fallback func(ctx context.Context, name string, call Call) (Result, bool)
 
 // NewRegistry validates and registers ts in order. It rejects nil tools,
 // names not matching ^[a-zA-Z0-9_-]{1,64}$, duplicate names
@@ -40,7 +47,7 @@ func NewRegistry(ts ...Tool) (*Registry, error) {
 	}
 	var errs []error
 	for i, t := range ts {
-		if err := validateTool(t); err != nil {
+		if err := ValidateTool(t); err != nil {
 			errs = append(errs, fmt.Errorf("tool %d: %w", i, err))
 			continue
 		}
@@ -58,7 +65,10 @@ func NewRegistry(ts ...Tool) (*Registry, error) {
 	return r, nil
 }
 
-func validateTool(t Tool) error {
+// ValidateTool checks what [NewRegistry] checks of one tool: not nil, a
+// name matching ^[a-zA-Z0-9_-]{1,64}$, a known permission class and an
+// object schema. Tools that join later (MCP) are checked with it too.
+func ValidateTool(t Tool) error {
 	if t == nil {
 		return errors.New("tool is nil")
 	}
@@ -92,6 +102,19 @@ func (r *Registry) WithLogger(log *slog.Logger) *Registry {
 	c.log = log
 	return &c
 }
+
+// WithFallback returns a registry with the same tools whose Run hands calls
+// to unknown names to f first (nil removes the fallback). The receiver is
+// unchanged.
+func (r *Registry) WithFallback(f Fallback) *Registry {
+	c := *r
+	c.fallback = f
+	return &c
+}
+
+// ValidName reports whether name is a valid tool name
+// (^[a-zA-Z0-9_-]{1,64}$).
+func ValidName(name string) bool { return validName.MatchString(name) }
 
 // Get returns the tool registered under name.
 func (r *Registry) Get(name string) (Tool, bool) {
@@ -136,7 +159,9 @@ func (r *Registry) Names() []string {
 // Run calls the tool name and returns what the model should see. It never
 // fails and never returns an empty Text:
 //
-//   - an unknown name gives an error result listing the available tools;
+//   - an unknown name goes to the fallback (see [Registry.WithFallback]);
+//     when there is none or it does not know the name either, the result is
+//     an error listing the available tools;
 //   - a returned error gives Result{Text: "Error: " + err.Error(), IsError: true};
 //   - a panic is recovered into "Error: tool X failed unexpectedly: ..." and
 //     logged with its stack at Error level;
@@ -150,13 +175,31 @@ func (r *Registry) Run(ctx context.Context, name string, call Call) (res Result)
 		ok = false // post-turn tools are not the model's to call
 	}
 	if !ok {
-		avail := strings.Join(r.Names(), ", ")
-		if avail == "" {
-			avail = "(none)"
-		}
-		return errorResult(fmt.Sprintf("unknown tool %q; available tools: %s", name, avail))
+		return r.unknown(ctx, name, call, r.Names())
 	}
 	return r.run(ctx, t, call)
+}
+
+// unknown answers a call to a name no tool has: the fallback's answer, or an
+// error result listing names.
+func (r *Registry) unknown(ctx context.Context, name string, call Call, names []string) (res Result) {
+	if r.fallback != nil {
+		defer func() {
+			if p := recover(); p != nil {
+				r.log.ErrorContext(ctx, "tool fallback panicked", "tool", name, "call_id", call.ID,
+					"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				res = errorResult(fmt.Sprintf("tool %s failed unexpectedly: %v", name, p))
+			}
+		}()
+		if out, ok := r.fallback(ctx, name, call); ok {
+			return normalize(out)
+		}
+	}
+	avail := strings.Join(names, ", ")
+	if avail == "" {
+		avail = "(none)"
+	}
+	return errorResult(fmt.Sprintf("unknown tool %q; available tools: %s", name, avail))
 }
 
 // RunPostTurn runs the post-turn tool t with the same guarantees as Run.
@@ -179,7 +222,7 @@ func (r *Registry) run(ctx context.Context, t Tool, call Call) (res Result) {
 	out, err := t.Run(ctx, call)
 	if err != nil {
 		r.log.DebugContext(ctx, "tool returned an error", "tool", name, "call_id", call.ID, "err", err)
-		out = Result{Text: err.Error(), IsError: true, Files: out.Files, Denied: errors.Is(err, ErrDenied)}
+		out = Result{Text: err.Error(), IsError: true, Files: out.Files, Images: out.Images, Denied: errors.Is(err, ErrDenied)}
 	}
 	return normalize(out)
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 )
 
 // Permission classes of a tool.
@@ -25,6 +26,29 @@ type Session struct {
 	Channel string
 	ChatID  string
 	UserID  string
+	// ThreadID is the thread of the chat, empty for none. When the runtime
+	// leaves it empty, [Session.Thread] derives it from Key.
+	ThreadID string
+	// IsGroup reports that the chat has more than one human (the inbound
+	// envelope's is_group). Tools that act on "the user's own chats" treat
+	// a group chat as nobody's.
+	IsGroup bool
+}
+
+// Thread returns the session's thread id: ThreadID when set, else what Key
+// holds after "<channel>/<chat>/", else "".
+func (s Session) Thread() string {
+	if s.ThreadID != "" {
+		return s.ThreadID
+	}
+	if s.Channel == "" || s.ChatID == "" {
+		return ""
+	}
+	rest, ok := strings.CutPrefix(s.Key, s.Channel+"/"+s.ChatID+"/")
+	if !ok {
+		return ""
+	}
+	return rest
 }
 
 // Call is one invocation of a tool.
@@ -73,7 +97,13 @@ type Result struct {
 	// of permission (an error wrapping ErrDenied); such failures do not
 	// count toward the executor's circuit breakers.
 	Denied bool
-	Files  []File
+	// Files are files for the user (the executor may deliver them).
+	Files []File
+	// Images are images for the model to look at (e.g. the image content
+	// of an MCP tool result), each with an image/* MIME type. An executor
+	// whose model cannot see images may ignore them; Text always describes
+	// them in words as well.
+	Images []File
 }
 
 // Tool is one capability offered to the model.

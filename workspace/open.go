@@ -309,3 +309,30 @@ func within(base, p string) (string, bool) {
 	}
 	return "", false
 }
+
+// maxReadText bounds ReadText.
+const maxReadText = 256 << 10
+
+// ReadText returns the text of a file inside the workspace (a path
+// relative to it, or absolute inside it), at most 256 KiB. It reads
+// through the os.Root, so nothing outside the workspace is reachable.
+// Safe for concurrent use.
+func (w *Workspace) ReadText(name string) (string, error) {
+	rel, err := w.Rel(name)
+	if err != nil {
+		return "", fmt.Errorf("workspace: read %s: %w", name, err)
+	}
+	f, err := w.Root().Open(rel)
+	if err != nil {
+		return "", fmt.Errorf("workspace: read %s: %w", name, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxReadText+1))
+	if err != nil {
+		return "", fmt.Errorf("workspace: read %s: %w", name, err)
+	}
+	if len(data) > maxReadText {
+		return "", fmt.Errorf("workspace: read %s: larger than %d bytes", name, maxReadText)
+	}
+	return string(data), nil
+}

@@ -371,3 +371,24 @@ func TestCloseIdempotent(t *testing.T) {
 		t.Error("PromptFiles after Close succeeded")
 	}
 }
+
+func TestReadText(t *testing.T) {
+	dir := t.TempDir()
+	ws, err := workspace.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	if err := os.WriteFile(filepath.Join(dir, "p.md"), []byte("prompt"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ws.ReadText("p.md"); err != nil || got != "prompt" {
+		t.Fatalf("ReadText = %q, %v", got, err)
+	}
+	if _, err := ws.ReadText("../outside"); !errors.Is(err, workspace.ErrOutside) {
+		t.Fatalf("escape: %v", err)
+	}
+	if _, err := ws.ReadText("missing.md"); err == nil {
+		t.Fatal("missing file read")
+	}
+}

@@ -5,7 +5,12 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
+
+	"github.com/nats-io/nkeys"
+
+	"switchboard/bus"
 )
 
 // Config configures the bus (YAML section "bus").
@@ -20,7 +25,63 @@ type Config struct {
 	SubjectPrefix string `yaml:"subject_prefix"`
 	// MaxTextBytes bounds an inbound envelope's text (default 65536).
 	MaxTextBytes int `yaml:"max_text_bytes"`
+	// Bridges declares the external bridges by name (YAML
+	// "bus.bridges.<name>"). With at least one bridge the embedded server
+	// accepts no anonymous client: each bridge authenticates with its own
+	// credentials and may touch only its channels' subjects, operators use
+	// Admin, and the daemon connects in-process with a credential generated
+	// at start. Each bridge's channels are rate limited on the way in
+	// ([BridgeConfig.MaxMsgsPerSec]) and get a durable outbound consumer
+	// ([BridgeConsumerName]). Nil or empty keeps the listener open.
+	Bridges map[string]BridgeConfig `yaml:"bridges"`
+	// Admin holds the operators' credentials for the embedded server (YAML
+	// "bus.admin"): full access, for the nats CLI, `switchboard chat` and
+	// `switchboard bus tail`. Required when Bridges is set and Listen is not
+	// empty.
+	Admin AdminConfig `yaml:"admin"`
 }
+
+// BridgeConfig declares one bridge (YAML "bus.bridges.<name>"). Exactly one
+// credential kind is set: Token, or User and Password, or NKey.
+type BridgeConfig struct {
+	// Channels are the channel names the bridge speaks for; at least one,
+	// each matching ^[a-z0-9_-]{1,32}$, none claimed by another bridge.
+	Channels []string `yaml:"channels"`
+	// Token authenticates the bridge with a shared secret (nats.Token).
+	Token string `yaml:"token"`
+	// User and Password authenticate the bridge with a user name and
+	// password (nats.UserInfo).
+	User     string `yaml:"user"`
+	Password string `yaml:"password"`
+	// NKey is the bridge's public user NKey ("U..."); the bridge signs the
+	// server's nonce with the matching seed (nats.Nkey).
+	NKey string `yaml:"nkey"`
+	// MaxMsgsPerSec bounds the inbound messages accepted per second on each
+	// of the bridge's channels (a token bucket holding one second's worth,
+	// at least 1); excess messages are dead-lettered. 0 means
+	// [DefaultMaxMsgsPerSec].
+	MaxMsgsPerSec float64 `yaml:"max_msgs_per_sec"`
+}
+
+// AdminConfig holds the operators' credentials (YAML "bus.admin"): Token, or
+// User and Password.
+type AdminConfig struct {
+	Token    string `yaml:"token"`
+	User     string `yaml:"user"`
+	Password string `yaml:"password"`
+}
+
+// Set reports whether any admin credential is configured.
+func (a AdminConfig) Set() bool { return a.Token != "" || a.User != "" || a.Password != "" }
+
+// Bridge limits.
+const (
+	// DefaultMaxMsgsPerSec is a bridge channel's inbound rate limit when
+	// max_msgs_per_sec is not set.
+	DefaultMaxMsgsPerSec = 20
+	// MaxMsgsPerSecLimit is the largest max_msgs_per_sec accepted.
+	MaxMsgsPerSecLimit = 100_000
+)
 
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
@@ -45,5 +106,144 @@ func (c Config) Validate() error {
 	if c.MaxTextBytes <= 0 || c.MaxTextBytes > 4<<20 {
 		errs = append(errs, fmt.Errorf("bus.max_text_bytes: must be between 1 and 4194304, got %d", c.MaxTextBytes))
 	}
+	errs = append(errs, c.validateBridges()...)
 	return errors.Join(errs...)
+}
+
+// validateBridges checks bus.bridges and bus.admin.
+func (c Config) validateBridges() []error {
+	var errs []error
+	external := c.URL != ""
+	if external {
+		if c.Admin.Set() {
+			errs = append(errs, errors.New("bus.admin: used only by the embedded server; with bus.url set, put the credentials in the URL (nats://user:password@host:4222) and configure users in the NATS server"))
+		}
+	} else {
+		errs = append(errs, checkAdmin(c.Admin)...)
+		if len(c.Bridges) > 0 && c.Listen != "" && !c.Admin.Set() {
+			errs = append(errs, errors.New("bus.admin: token, or user and password, is required when bus.bridges is set and bus.listen is not empty (the listener then accepts no anonymous client)"))
+		}
+	}
+	owner := map[string]string{}      // channel -> bridge name
+	credential := map[string]string{} // "token:x", "user:x", "nkey:x" -> key that uses it
+	if !external {
+		if c.Admin.Token != "" {
+			credential["token:"+c.Admin.Token] = "bus.admin.token"
+		}
+		if c.Admin.User != "" {
+			credential["user:"+c.Admin.User] = "bus.admin.user"
+		}
+	}
+	names := make([]string, 0, len(c.Bridges))
+	for name := range c.Bridges {
+		names = append(names, name)
+	}
+	slices.Sort(names) // deterministic messages; the first name keeps a shared channel
+	for _, name := range names {
+		b := c.Bridges[name]
+		key := "bus.bridges." + name
+		if !bus.ValidChannel(name) {
+			errs = append(errs, fmt.Errorf("%s: bridge name must match ^[a-z0-9_-]{1,32}$, got %q", key, name))
+		}
+		if len(b.Channels) == 0 {
+			errs = append(errs, fmt.Errorf("%s.channels: must list at least one channel", key))
+		}
+		for i, ch := range b.Channels {
+			ckey := fmt.Sprintf("%s.channels[%d]", key, i)
+			switch prev, taken := owner[ch]; {
+			case !bus.ValidChannel(ch):
+				errs = append(errs, fmt.Errorf("%s: must match ^[a-z0-9_-]{1,32}$, got %q", ckey, ch))
+			case ch == bus.InvalidChannel:
+				errs = append(errs, fmt.Errorf("%s: %q is reserved for dead letters of unparsable subjects", ckey, ch))
+			case taken && prev == name:
+				errs = append(errs, fmt.Errorf("%s: channel %q is listed twice", ckey, ch))
+			case taken:
+				errs = append(errs, fmt.Errorf("%s: channel %q is already claimed by bus.bridges.%s", ckey, ch, prev))
+			default:
+				owner[ch] = name
+			}
+		}
+		if b.MaxMsgsPerSec < 0 || b.MaxMsgsPerSec > MaxMsgsPerSecLimit {
+			errs = append(errs, fmt.Errorf("%s.max_msgs_per_sec: must be between 0 (default %d) and %d, got %g", key, DefaultMaxMsgsPerSec, MaxMsgsPerSecLimit, b.MaxMsgsPerSec))
+		}
+		if external {
+			if b.Token != "" || b.User != "" || b.Password != "" || b.NKey != "" {
+				errs = append(errs, fmt.Errorf("%s: credentials are enforced only by the embedded server; with bus.url set, configure this bridge's user and permissions in the NATS server (docs/bus-protocol.md) and remove token, user, password and nkey here", key))
+			}
+			continue
+		}
+		errs = append(errs, checkBridgeCredentials(key, b)...)
+		for _, cred := range []struct{ field, value string }{
+			{"token", b.Token}, {"user", b.User}, {"nkey", b.NKey},
+		} {
+			if cred.value == "" {
+				continue
+			}
+			id := cred.field + ":" + cred.value
+			if prev, dup := credential[id]; dup {
+				errs = append(errs, fmt.Errorf("%s.%s: the same %s is used by %s; every bridge needs its own", key, cred.field, cred.field, prev))
+				continue
+			}
+			credential[id] = key + "." + cred.field
+		}
+	}
+	return errs
+}
+
+// checkBridgeCredentials checks that exactly one credential kind is set and
+// that it is well-formed.
+func checkBridgeCredentials(key string, b BridgeConfig) []error {
+	var errs []error
+	kinds := 0
+	if b.Token != "" {
+		kinds++
+	}
+	if b.User != "" || b.Password != "" {
+		kinds++
+		if b.User == "" {
+			errs = append(errs, fmt.Errorf("%s.user: required with %s.password", key, key))
+		}
+		if b.Password == "" {
+			errs = append(errs, fmt.Errorf("%s.password: required with %s.user", key, key))
+		}
+	}
+	if b.NKey != "" {
+		kinds++
+		if !nkeys.IsValidPublicUserKey(b.NKey) {
+			errs = append(errs, fmt.Errorf("%s.nkey: must be a public user NKey (56 characters starting with U, from `nk -gen user -pubout`), got %q", key, b.NKey))
+		}
+	}
+	switch kinds {
+	case 0:
+		errs = append(errs, fmt.Errorf("%s: set exactly one credential: token, user and password, or nkey (none is set; is its environment variable empty?)", key))
+	case 1:
+	default:
+		errs = append(errs, fmt.Errorf("%s: set exactly one credential: token, user and password, or nkey (%d kinds are set)", key, kinds))
+	}
+	return errs
+}
+
+// checkAdmin checks bus.admin: token, or user and password, not both.
+func checkAdmin(a AdminConfig) []error {
+	var errs []error
+	if a.Token != "" && (a.User != "" || a.Password != "") {
+		errs = append(errs, errors.New("bus.admin: set either token, or user and password, not both"))
+	}
+	if a.User != "" && a.Password == "" {
+		errs = append(errs, errors.New("bus.admin.password: required with bus.admin.user"))
+	}
+	if a.Password != "" && a.User == "" {
+		errs = append(errs, errors.New("bus.admin.user: required with bus.admin.password"))
+	}
+	return errs
+}
+
+// Rate returns the inbound rate limit of each of the bridge's channels, in
+// messages per second: MaxMsgsPerSec, or [DefaultMaxMsgsPerSec] when it is
+// 0.
+func (b BridgeConfig) Rate() float64 {
+	if b.MaxMsgsPerSec == 0 {
+		return DefaultMaxMsgsPerSec
+	}
+	return b.MaxMsgsPerSec
 }

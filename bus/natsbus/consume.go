@@ -50,6 +50,13 @@ func ConsumerConfig(prefix string) jetstream.ConsumerConfig {
 // client had buffered but not yet handed to handler when Consume stopped are
 // redelivered later.
 //
+// Before the handler, a message on a bridge's channel (Config.Bridges) passes
+// that channel's inbound rate limit: one over the limit is dead-lettered on
+// "<p>.dlq.<channel>" with the reason [RateLimitReason] and terminated, and
+// the handler never sees it. A flood on one channel thus costs the handler
+// nothing beyond the limit, and other channels' messages are not held up
+// behind it.
+//
 // In embedded mode the consumer is deleted and created afresh, so that
 // messages a previous process received but never acknowledged are
 // redelivered at once instead of after [AckWait]; this is safe because the
@@ -75,7 +82,11 @@ func (b *Bus) Consume(ctx context.Context, handler func(bus.Delivery)) error {
 		return fmt.Errorf("natsbus: consume: %w", err)
 	}
 	cc, err := cons.Consume(
-		func(m jetstream.Msg) { handler(m) },
+		func(m jetstream.Msg) {
+			if !b.rateLimited(m) {
+				handler(m)
+			}
+		},
 		jetstream.PullMaxMessages(pullBuffer),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if !b.closed.Load() {

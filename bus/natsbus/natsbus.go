@@ -53,6 +53,7 @@ type Bus struct {
 	nc        *nats.Conn
 	js        jetstream.JetStream
 	clientURL string
+	limits    map[string]*channelLimit // inbound rate limits by channel; read-only after Open
 
 	connClosed chan struct{} // closed by the connection's ClosedHandler
 	closeConn  sync.Once     // guards close(connClosed)
@@ -67,8 +68,15 @@ type Bus struct {
 // listening on cfg.Listen or in-process only when Listen is empty, and
 // connects to it in-process; otherwise it connects to cfg.URL (reconnecting
 // forever once connected) and ignores storeDir. It then creates or updates
-// the streams (see [StreamConfigs]). ctx bounds the stream set-up, not the
-// life of the Bus. On error nothing is left running. A nil log discards.
+// the streams (see [StreamConfigs]) and each declared bridge's durable
+// consumer ([BridgeConsumerConfig]). ctx bounds the set-up, not the life of
+// the Bus. On error nothing is left running. A nil log discards.
+//
+// When cfg.Bridges is not empty the embedded server authenticates every
+// client: bridges with their credentials and [BridgePermissions], operators
+// with cfg.Admin (full access), and this Bus's own in-process connection
+// with a random token made here (full access). Otherwise the embedded
+// listener accepts anonymous clients with full access.
 func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*Bus, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("natsbus: config: %w", err)
@@ -80,6 +88,7 @@ func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*
 		subj:       bus.Subjects{Prefix: cfg.SubjectPrefix},
 		streams:    StreamsFor(cfg.SubjectPrefix),
 		log:        log,
+		limits:     newLimits(cfg.Bridges),
 		connClosed: make(chan struct{}),
 	}
 	opts := []nats.Option{
@@ -98,7 +107,16 @@ func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*
 		if storeDir == "" {
 			return nil, errors.New("natsbus: embedded server: store directory is required")
 		}
-		b.ns, err = startEmbedded(cfg, storeDir, log)
+		var auth *authenticator
+		if len(cfg.Bridges) > 0 {
+			token, err := newInternalToken()
+			if err != nil {
+				return nil, err
+			}
+			auth = newAuthenticator(cfg, token, log)
+			opts = append(opts, nats.Token(token))
+		}
+		b.ns, err = startEmbedded(cfg, storeDir, auth, log)
 		if err != nil {
 			return nil, err
 		}
@@ -122,23 +140,31 @@ func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*
 	if err == nil {
 		err = b.ensureStreams(ctx)
 	}
+	if err == nil {
+		err = b.ensureBridgeConsumers(ctx, cfg.Bridges)
+	}
 	if err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("natsbus: %w", err)
 	}
-	log.Info("bus ready", "embedded", b.ns != nil, "client_url", redactURL(b.clientURL), "prefix", cfg.SubjectPrefix)
+	log.Info("bus ready", "embedded", b.ns != nil, "client_url", redactURL(b.clientURL), "prefix", cfg.SubjectPrefix,
+		"bridges", len(cfg.Bridges), "auth", b.ns != nil && len(cfg.Bridges) > 0)
 	return b, nil
 }
 
 // startEmbedded starts nats-server with JetStream and waits until it accepts
-// connections.
-func startEmbedded(cfg Config, storeDir string, log *slog.Logger) (*server.Server, error) {
+// connections. A non-nil auth authenticates every client.
+func startEmbedded(cfg Config, storeDir string, auth *authenticator, log *slog.Logger) (*server.Server, error) {
 	opts := &server.Options{
 		ServerName: "switchboard",
 		JetStream:  true,
 		StoreDir:   storeDir,
 		NoSigs:     true,
 		MaxPayload: maxPayload(cfg.MaxTextBytes),
+	}
+	if auth != nil {
+		opts.CustomClientAuthentication = auth
+		opts.AlwaysEnableNonce = true // NKey clients sign it
 	}
 	if cfg.Listen == "" {
 		opts.DontListen = true

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -99,6 +100,7 @@ func runCheck(ctx context.Context, args []string, stdout io.Writer) int {
 
 	checks := []func(context.Context) checkResult{
 		func(ctx context.Context) checkResult { return checkNATS(ctx, cfg.Bus) },
+		func(context.Context) checkResult { return checkBusAuth(cfg.Bus) },
 		func(ctx context.Context) checkResult { return checkAdmin(ctx, cfg.Admin) },
 		func(ctx context.Context) checkResult { return checkLLM(ctx, cfg.LLM, *path) },
 		func(context.Context) checkResult { return checkDataDir(cfg.DataDir) },
@@ -183,6 +185,30 @@ func checkNATS(ctx context.Context, cfg natsbus.Config) checkResult {
 		r.status, r.detail = statusFail, fmt.Sprintf("connected to %s (server %s), but JetStream does not answer: %v", server, version, err)
 	default:
 		r.status, r.detail = statusOK, fmt.Sprintf("connected to %s (server %s, JetStream enabled)", server, version)
+	}
+	return r
+}
+
+// checkBusAuth says who may connect to the bus: it warns when the embedded
+// server listens on TCP without any bridge declared, since the listener then
+// accepts anonymous clients with full access to every channel.
+func checkBusAuth(cfg natsbus.Config) checkResult {
+	r := checkResult{name: "bus auth"}
+	switch {
+	case cfg.URL != "":
+		r.status, r.detail = statusOK, "external NATS server: its own users and permissions apply (see docs/bus-protocol.md, section Authentication and isolation)"
+	case cfg.Listen == "":
+		r.status, r.detail = statusOK, "in-process only: no client outside the daemon can connect"
+	case len(cfg.Bridges) == 0:
+		r.status, r.detail = statusWarn, fmt.Sprintf("the embedded listener on %s accepts anonymous clients with full access: any process that reaches it can read and inject every channel's messages. Keep it on loopback for local development, or declare bus.bridges and bus.admin to require credentials", cfg.Listen)
+	default:
+		names := make([]string, 0, len(cfg.Bridges))
+		for name, b := range cfg.Bridges {
+			names = append(names, fmt.Sprintf("%s (%s)", name, strings.Join(b.Channels, ", ")))
+		}
+		slices.Sort(names)
+		r.status, r.detail = statusOK, fmt.Sprintf("the embedded listener on %s requires credentials: %d %s, %s; operators use bus.admin",
+			cfg.Listen, len(names), plural(len(names), "bridge", "bridges"), strings.Join(names, "; "))
 	}
 	return r
 }

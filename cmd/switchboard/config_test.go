@@ -19,7 +19,9 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.yaml.in/yaml/v3"
 
+	"switchboard/agent"
 	"switchboard/agent/llm"
+	"switchboard/bus/natsbus"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/*.golden files")
@@ -80,7 +82,34 @@ func TestParseConfigTestdata(t *testing.T) {
 			c.Agent.MaxContextTokens = 4000
 			c.Agent.MaxContextTurns = 3
 			c.Agent.DeltaInterval = 2 * time.Second
+			c.Agent.ExtraAttempts = 4
+			c.Agent.MaxConsecutiveRollbacks = 2
+			c.Agent.KeepToolResults = 3
+			c.Agent.SubagentDepth = 2
+			c.Agent.SubagentConcurrency = 2
+			c.Agent.Subagents = map[string]agent.SubagentConfig{"researcher": {
+				Description: "Finds facts.", PromptFile: "agents/researcher.md", Tools: []string{"read_file", "list_dir"},
+				MaxSteps: 4, Model: "small-model", Timeout: 90 * time.Second,
+			}}
 			c.Admin.Listen = "0.0.0.0:19090"
+		}},
+		{file: "valid_bridges.yaml", want: func(c *Config) {
+			c.Bus.Bridges = map[string]natsbus.BridgeConfig{
+				"wechat": {Channels: []string{"wechat"}, Token: "wechat-token", MaxMsgsPerSec: 5},
+				"line":   {Channels: []string{"line", "line-jp"}, NKey: "UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4"},
+			}
+			c.Bus.Admin = natsbus.AdminConfig{User: "ops", Password: "ops-secret"}
+		}},
+		{file: "invalid_bridges.yaml", wantErrs: []string{
+			"bus.bridges.line.channel (line 11): unknown key (did you mean channels?)",
+			"bus.admin: token, or user and password, is required when bus.bridges is set",
+			"bus.bridges.copycat.max_msgs_per_sec: must be between 0",
+			"bus.bridges.copycat: set exactly one credential",
+			"bus.bridges.line.channels: must list at least one channel",
+			"bus.bridges.line.nkey: must be a public user NKey",
+			`bus.bridges.wechat.channels[0]: channel "wechat" is already claimed by bus.bridges.copycat`,
+			`bus.bridges.wechat.channels[1]: must match ^[a-z0-9_-]{1,32}$, got "Bad.Name"`,
+			"bus.bridges.wechat: set exactly one credential: token, user and password, or nkey (2 kinds are set)",
 		}},
 		{file: "invalid_unknown_keys.yaml", wantErrs: []string{
 			"datadir (line 2): unknown key (did you mean data_dir?)",
@@ -405,7 +434,7 @@ func fileKeys(n *yaml.Node, prefix string, out map[string]string) {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		key := joinPath(prefix, k.Value)
-		if v.Kind == yaml.MappingNode {
+		if v.Kind == yaml.MappingNode && len(v.Content) > 0 {
 			fileKeys(v, key, out)
 			continue
 		}

@@ -4,6 +4,8 @@
 //	switchboard chat [--config FILE] [--chat ID]
 //	                                      terminal client over the bus
 //	switchboard check [--config FILE]     validate the config, reach dependencies
+//	switchboard bus tail [--config FILE] [--channel NAME]
+//	                                      print bus traffic live
 //	switchboard demo                      daemon + scripted model + chat, in one process
 package main
 
@@ -46,6 +48,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runCheck(ctx, args, stdout)
 	case "demo":
 		err = runDemo(ctx, args, stdin, stdout, stderr)
+	case "bus":
+		err = runBus(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -75,6 +79,8 @@ Usage:
   switchboard [serve] [--config FILE]              run the daemon (default: ./config.yaml)
   switchboard chat [--config FILE] [--chat ID]     chat with a running daemon over the bus
   switchboard check [--config FILE]                validate the config and reach its dependencies
+  switchboard bus tail [--config FILE] [--channel NAME]
+                                                   print inbound, outbound, event and dead-letter traffic live
   switchboard demo                                 a self-contained demo with a scripted model
 `)
 }

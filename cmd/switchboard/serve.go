@@ -112,6 +112,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		ModelName:       cfg.LLM.Model,
 		ContextWindow:   cfg.LLM.ContextWindow,
 		MaxOutputTokens: cfg.LLM.MaxTokens,
+		Temperature:     cfg.LLM.Temperature,
+		ReadFile:        ws.ReadText,
 	}, agent.Deps{Source: b, Publisher: b, Store: store, Model: model, Tools: registry, Prompts: ws, Log: log})
 	if err != nil {
 		return err

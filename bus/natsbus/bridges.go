@@ -1,0 +1,216 @@
+package natsbus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/time/rate"
+
+	"switchboard/bus"
+)
+
+// Settings of the bridges' durable consumers on the out stream.
+const (
+	// BridgeAckWait is how long a pulled outbound message may stay
+	// unacknowledged before it is delivered again.
+	BridgeAckWait = 30 * time.Second
+	// BridgeMaxAckPending bounds a bridge's pulled-but-unacknowledged
+	// messages.
+	BridgeMaxAckPending = 1000
+	// rateLimitLogEvery bounds how often a channel's rate limiting is
+	// logged.
+	rateLimitLogEvery = 10 * time.Second
+)
+
+// BridgeConsumerConfig returns the durable consumer the daemon creates on
+// the out stream for a bridge: [BridgeConsumerName], filtered to the
+// channels' outbound subjects, delivering only messages published after its
+// creation, explicit acks with [BridgeAckWait], unlimited deliveries.
+func BridgeConsumerConfig(prefix, bridge string, channels []string) jetstream.ConsumerConfig {
+	cfg := jetstream.ConsumerConfig{
+		Durable:       BridgeConsumerName(bridge),
+		Description:   "Switchboard bridge " + bridge + ": outbound messages of " + strings.Join(channels, ", "),
+		DeliverPolicy: jetstream.DeliverNewPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       BridgeAckWait,
+		MaxAckPending: BridgeMaxAckPending,
+		MaxDeliver:    -1,
+	}
+	setFilters(&cfg, bridgeFilters(prefix, channels))
+	return cfg
+}
+
+func bridgeFilters(prefix string, channels []string) []string {
+	subj := bus.Subjects{Prefix: prefix}
+	f := make([]string, 0, len(channels))
+	for _, ch := range channels {
+		f = append(f, subj.OutChannel(ch))
+	}
+	slices.Sort(f)
+	return f
+}
+
+func setFilters(cfg *jetstream.ConsumerConfig, filters []string) {
+	cfg.FilterSubject, cfg.FilterSubjects = "", nil
+	if len(filters) == 1 {
+		cfg.FilterSubject = filters[0]
+	} else {
+		cfg.FilterSubjects = filters
+	}
+}
+
+func consumerFilters(cfg jetstream.ConsumerConfig) []string {
+	var f []string
+	if cfg.FilterSubject != "" {
+		f = append(f, cfg.FilterSubject)
+	}
+	f = append(f, cfg.FilterSubjects...)
+	slices.Sort(f)
+	return f
+}
+
+// ensureBridgeConsumers creates each declared bridge's durable consumer on
+// the out stream. An existing one keeps its settings and position, but its
+// filter is reset to the bridge's channels when it differs, so a consumer
+// can never hand a bridge another channel's messages.
+func (b *Bus) ensureBridgeConsumers(ctx context.Context, bridges map[string]BridgeConfig) error {
+	for name, br := range bridges {
+		want := BridgeConsumerConfig(b.subj.Prefix, name, br.Channels)
+		cons, err := b.js.Consumer(ctx, b.streams.Out, want.Durable)
+		switch {
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+			if _, err := b.js.CreateConsumer(ctx, b.streams.Out, want); err != nil {
+				return fmt.Errorf("create consumer %s/%s: %w", b.streams.Out, want.Durable, err)
+			}
+			continue
+		case err != nil:
+			return fmt.Errorf("look up consumer %s/%s: %w", b.streams.Out, want.Durable, err)
+		}
+		have := cons.CachedInfo().Config
+		if slices.Equal(consumerFilters(have), consumerFilters(want)) {
+			continue
+		}
+		b.log.Warn("bridge consumer filter reset to the bridge's channels", "consumer", want.Durable,
+			"had", consumerFilters(have), "now", consumerFilters(want))
+		setFilters(&have, consumerFilters(want))
+		if _, err := b.js.UpdateConsumer(ctx, b.streams.Out, have); err != nil {
+			// Not updatable (e.g. a push consumer): replace it.
+			if derr := b.js.DeleteConsumer(ctx, b.streams.Out, want.Durable); derr != nil {
+				return fmt.Errorf("replace consumer %s/%s: update: %w; delete: %w", b.streams.Out, want.Durable, err, derr)
+			}
+			if _, err := b.js.CreateConsumer(ctx, b.streams.Out, want); err != nil {
+				return fmt.Errorf("create consumer %s/%s: %w", b.streams.Out, want.Durable, err)
+			}
+		}
+	}
+	return nil
+}
+
+// channelLimit is the inbound rate limit of one bridge channel.
+type channelLimit struct {
+	channel string
+	bridge  string
+	rate    float64
+	lim     *rate.Limiter
+
+	mu      sync.Mutex // guards the log throttle
+	dropped int
+	logged  time.Time
+}
+
+// newLimits builds one token bucket per bridge channel: rate
+// [BridgeConfig.Rate] per second, holding one second's worth (at least 1).
+func newLimits(bridges map[string]BridgeConfig) map[string]*channelLimit {
+	limits := map[string]*channelLimit{}
+	for name, br := range bridges {
+		r := br.Rate()
+		burst := max(1, int(math.Ceil(r)))
+		for _, ch := range br.Channels {
+			limits[ch] = &channelLimit{channel: ch, bridge: name, rate: r, lim: rate.NewLimiter(rate.Limit(r), burst)}
+		}
+	}
+	return limits
+}
+
+// RateLimitReason is the dead-letter reason of an inbound message rejected
+// by the rate limit of channel: "rate limit exceeded for channel <channel>".
+func RateLimitReason(channel string) string {
+	return "rate limit exceeded for channel " + channel
+}
+
+// channelOf returns the channel token of an inbound subject
+// "<p>.in.<channel>...", or "".
+func (b *Bus) channelOf(subject string) string {
+	rest, ok := strings.CutPrefix(subject, b.subj.Prefix+".in.")
+	if !ok {
+		return ""
+	}
+	ch, _, _ := strings.Cut(rest, ".")
+	return ch
+}
+
+// rateLimited applies the inbound rate limit of the message's channel, if
+// its channel belongs to a bridge. The limit is judged at the time the
+// message entered the stream, so a backlog drained later (after a restart)
+// is judged as it arrived; a redelivered message was judged already and
+// passes. A message over the limit is dead-lettered (core publish, no
+// acknowledgement) with [RateLimitReason] and terminated, and rateLimited
+// returns true: the handler must not see it.
+func (b *Bus) rateLimited(m jetstream.Msg) bool {
+	if len(b.limits) == 0 {
+		return false
+	}
+	cl := b.limits[b.channelOf(m.Subject())]
+	if cl == nil {
+		return false
+	}
+	at := time.Now()
+	if md, err := m.Metadata(); err == nil {
+		if md.NumDelivered > 1 {
+			return false
+		}
+		at = md.Timestamp
+	}
+	if cl.lim.AllowN(at, 1) {
+		return false
+	}
+	rec := bus.NewDLQRecord(m.Subject(), m.Data(), errors.New(RateLimitReason(cl.channel)), time.Now().UTC())
+	data, err := json.Marshal(rec)
+	if err == nil {
+		err = b.nc.Publish(b.subj.DLQ(cl.channel), data)
+	}
+	if err != nil {
+		b.log.Warn("rate-limited message: dead letter not published", "channel", cl.channel, "err", err)
+	}
+	if err := m.Term(); err != nil {
+		b.log.Warn("rate-limited message: terminate", "channel", cl.channel, "err", err)
+	}
+	cl.noteDropped(b.log)
+	return true
+}
+
+// noteDropped counts a rate-limited message and logs at most once per
+// rateLimitLogEvery per channel.
+func (cl *channelLimit) noteDropped(log *slog.Logger) {
+	cl.mu.Lock()
+	cl.dropped++
+	now := time.Now()
+	if now.Sub(cl.logged) < rateLimitLogEvery {
+		cl.mu.Unlock()
+		return
+	}
+	n := cl.dropped
+	cl.dropped, cl.logged = 0, now
+	cl.mu.Unlock()
+	log.Warn("inbound rate limit exceeded: messages dead-lettered", "channel", cl.channel, "bridge", cl.bridge,
+		"max_msgs_per_sec", cl.rate, "dropped", n)
+}

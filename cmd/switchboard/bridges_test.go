@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"switchboard/agent/llm/llmtest"
+	"switchboard/bus"
+	"switchboard/bus/bustest"
+	"switchboard/bus/natsbus"
+)
+
+// Credentials of the bridge tests.
+const (
+	testAdminToken  = "admin-token-for-tests"
+	testWechatToken = "wechat-token-for-tests"
+	testLinePass    = "line-password-for-tests"
+)
+
+// bridgeConfig is testConfig with two bridges declared (wechat: token,
+// line: user and password) and an admin token.
+func bridgeConfig(t testing.TB, llmURL string) Config {
+	cfg := testConfig(t, llmURL)
+	cfg.Bus.Admin = natsbus.AdminConfig{Token: testAdminToken}
+	cfg.Bus.Bridges = map[string]natsbus.BridgeConfig{
+		"wechat": {Channels: []string{"wechat"}, Token: testWechatToken, MaxMsgsPerSec: 50},
+		"line":   {Channels: []string{"line"}, User: "line", Password: testLinePass},
+	}
+	return cfg
+}
+
+// authDaemon is an in-process `switchboard serve` whose bus requires
+// credentials; admin is an operator connection to it.
+type authDaemon struct {
+	cfg   Config
+	bus   *natsbus.Bus
+	admin *nats.Conn
+}
+
+// startAuthDaemon runs serve until the test ends and connects an operator
+// client with the admin token (startDaemon connects anonymously, which a
+// bus with bridges refuses).
+func startAuthDaemon(t *testing.T, cfg Config) *authDaemon {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan started, 1)
+	done := make(chan error, 1)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	go func() { done <- serve(ctx, cfg, log, func(s started) { ready <- s }) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve returned %v", err)
+			}
+		case <-time.After(wait):
+			t.Error("daemon did not stop")
+		}
+	})
+	var s started
+	select {
+	case s = <-ready:
+	case err := <-done:
+		done <- err
+		t.Fatalf("serve: %v", err)
+	case <-time.After(wait):
+		t.Fatal("daemon did not start")
+	}
+	if anon, err := nats.Connect(s.Bus.ClientURL()); !errors.Is(err, nats.ErrAuthorization) {
+		if anon != nil {
+			anon.Close()
+		}
+		t.Fatalf("anonymous connect to a bus with bridges = %v, want an authorization violation", err)
+	}
+	admin, err := nats.Connect(s.Bus.ClientURL(), nats.Token(testAdminToken))
+	if err != nil {
+		t.Fatalf("admin connect: %v", err)
+	}
+	t.Cleanup(admin.Close)
+	return &authDaemon{cfg: cfg, bus: s.Bus, admin: admin}
+}
+
+// connectBridge connects as a bridge, with its inbox prefix.
+func (d *authDaemon) connectBridge(t *testing.T, name string, cred nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(d.bus.ClientURL(), cred, nats.CustomInboxPrefix(natsbus.BridgeInboxPrefix(name)))
+	if err != nil {
+		t.Fatalf("bridge %s connect: %v", name, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// nextFinal pulls from a bridge's durable consumer, acknowledging each
+// message, until the final answer to inboundID arrives.
+func nextFinal(t *testing.T, cons jetstream.Consumer, inboundID string) bus.Outbound {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Until(deadline)))
+		if err != nil {
+			t.Fatalf("fetch: %v", err)
+		}
+		for m := range batch.Messages() {
+			var o bus.Outbound
+			if err := json.Unmarshal(m.Data(), &o); err != nil {
+				t.Fatalf("outbound %s: %v", m.Data(), err)
+			}
+			if err := m.Ack(); err != nil {
+				t.Fatal(err)
+			}
+			if o.InReplyTo == inboundID && o.Final {
+				return o
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			t.Fatalf("fetch: %v", err)
+		}
+	}
+	t.Fatalf("no final answer to %s within %s", inboundID, wait)
+	return bus.Outbound{}
+}
+
+// TestBridgeRoundTripThroughDaemon runs the real serve path with isolation
+// on: a bridge publishes with its own credentials, the daemon (connected
+// in-process) answers, and the bridge reads the answer from its durable
+// consumer bridge_<name>.
+func TestBridgeRoundTripThroughDaemon(t *testing.T) {
+	model := llmtest.NewServer(t)
+	model.Enqueue(llmtest.TextReply("Hello from the daemon"))
+	d := startAuthDaemon(t, bridgeConfig(t, model.URL()))
+	nc, js := d.connectBridge(t, "wechat", nats.Token(testWechatToken))
+	cons, err := js.Consumer(t.Context(), "CHAT_OUT", natsbus.BridgeConsumerName("wechat"))
+	if err != nil {
+		t.Fatalf("the daemon did not create bridge_wechat: %v", err)
+	}
+	in := bus.Inbound{V: 1, ID: "w1", Channel: "wechat", ChatID: "wxid_room@chatroom", UserID: "wxid_ann", UserName: "Ann",
+		Text: "hi", IsGroup: true, Mentioned: true, Meta: map[string]string{"room_id": "wxid_room@chatroom"}}
+	bustest.PublishInbound(t, nc, d.bus.Subjects(), in)
+	got := nextFinal(t, cons, "w1")
+	if got.Kind != bus.KindReply || got.Text != "Hello from the daemon" || got.Meta["room_id"] != "wxid_room@chatroom" {
+		t.Fatalf("final = %+v", got)
+	}
+}
+
+// TestFloodThroughDaemon: the wechat bridge sends 10,000 invalid messages
+// while the line bridge holds a conversation. Line's turns complete
+// normally; wechat's flood never reaches the model, and every flood message
+// ends in the dead-letter queue, most of them rate-limited before the
+// runtime sees them.
+func TestFloodThroughDaemon(t *testing.T) {
+	const flood, turns = 10_000, 3
+	model := llmtest.NewServer(t)
+	for i := range turns {
+		model.Enqueue(llmtest.TextReply(fmt.Sprint("answer ", i)))
+	}
+	d := startAuthDaemon(t, bridgeConfig(t, model.URL()))
+	dlq := bustest.Collect(t, d.admin, "chat.dlq.wechat")
+	wechat, _ := d.connectBridge(t, "wechat", nats.Token(testWechatToken))
+	line, lineJS := d.connectBridge(t, "line", nats.UserInfo("line", testLinePass))
+	cons, err := lineJS.Consumer(t.Context(), "CHAT_OUT", natsbus.BridgeConsumerName("line"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	garbage := []byte(`{"v":1,"id":"junk","channel":"wechat","chat_id":"flood","user_id":"u"}`) // no text
+	for i := range flood {
+		if err := wechat.Publish("chat.in.wechat.flood", garbage); err != nil {
+			t.Fatal(err)
+		}
+		if i%(flood/turns) == 0 && i/(flood/turns) < turns {
+			// A line turn starts in the middle of the flood and completes.
+			n := i / (flood / turns)
+			id := fmt.Sprint("l", n)
+			bustest.PublishInbound(t, line, d.bus.Subjects(), bus.Inbound{V: 1, ID: id, Channel: "line", ChatID: "g1", UserID: "u", Text: "question"})
+			if got := nextFinal(t, cons, id); got.Text != fmt.Sprint("answer ", n) {
+				t.Fatalf("line turn %d final = %+v", n, got)
+			}
+		}
+	}
+	if err := wechat.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	dlq.WaitFor(t, 3*wait, func(*nats.Msg) bool { return len(dlq.All()) >= flood })
+	limited := 0
+	for _, m := range dlq.All() {
+		var r bus.DLQRecord
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Reason == natsbus.RateLimitReason("wechat") {
+			limited++
+		} else if !strings.Contains(r.Reason, `field "text"`) {
+			t.Fatalf("unexpected dead letter %+v", r)
+		}
+	}
+	if limited == 0 || len(dlq.All()) != flood {
+		t.Fatalf("%d dead letters, %d rate-limited; want %d in all, some rate-limited", len(dlq.All()), limited, flood)
+	}
+	if n := model.RequestCount(); n != turns {
+		t.Fatalf("model called %d times, want %d (only line's turns)", n, turns)
+	}
+}
+
+func TestCheckBusAuth(t *testing.T) {
+	listen := freeAddr(t)
+	code, out := runCheckFile(t, checkEnv{busListen: listen}.yaml(t))
+	if code != 0 {
+		t.Fatalf("exit code %d; output:\n%s", code, out)
+	}
+	wantLine(t, out, "bus auth", "WARN", "the embedded listener on "+listen+" accepts anonymous clients with full access")
+
+	dir := t.TempDir()
+	body := fmt.Sprintf(`data_dir: %q
+agent:
+  workspace: %q
+admin:
+  listen: ""
+bus:
+  listen: %q
+  bridges:
+    wechat: {channels: [wechat], token: t1}
+    line: {channels: [line, line2], user: line, password: p}
+  admin:
+    token: ops
+`, filepath.Join(dir, "data"), filepath.Join(dir, "ws"), listen)
+	_, out = runCheckFile(t, body)
+	wantLine(t, out, "bus auth", "OK", "requires credentials: 2 bridges, line (line, line2); wechat (wechat); operators use bus.admin")
+
+	_, out = runCheckFile(t, checkEnv{}.yaml(t))
+	wantLine(t, out, "bus auth", "OK", "in-process only")
+}

@@ -1,0 +1,251 @@
+// Package bash provides the bash tool: shell commands run with the
+// workspace as working directory.
+//
+// Safety: the tool exists only when tools.bash.enabled is set, and runs
+// commands only for the users in tools.bash.allow_users (others get a
+// refusal wrapping [tools.ErrDenied]). Commands get a scrubbed environment
+// ([tools.ScrubEnv]: PATH, HOME, LANG... and the names in
+// tools.bash.pass_env, nothing that looks like a credential), run in their
+// own process group, and the whole group is killed on timeout,
+// cancellation or when the command ends (so stray background processes do
+// not outlive it). With tools.bash.sandbox: bwrap they run under
+// bubblewrap: a read-only system (/usr, /bin, /lib, /etc...), a private
+// /tmp, the workspace as the only writable and the only visible folder of
+// the host's data, and $HOME set to the workspace. Output keeps its last
+// 50 KB.
+//
+// Background jobs (background: true) run up to tools.bash.job_timeout; the
+// model polls them by id (new output since the last poll) or kills them.
+// At most tools.bash.max_jobs are kept, and only the user who started a
+// job may poll or kill it. Jobs need [Shell.Run] to be running; when it
+// returns, every job has been killed and reaped.
+package bash
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"switchboard/tools"
+	"switchboard/workspace"
+)
+
+// maxWait bounds how long one poll may wait for a job to finish.
+const maxWait = 120 * time.Second
+
+// Shell runs commands for the bash tool and owns its background jobs. It is
+// safe for concurrent use.
+type Shell struct {
+	cfg     tools.BashConfig
+	dir     string
+	shell   string   // bash, or sh where bash is missing
+	sandbox []string // bwrap command line before the shell, or nil
+	environ func() []string
+	log     *slog.Logger
+
+	mu      sync.Mutex // guards the fields below
+	jobs    map[string]*job
+	order   []string // job ids, oldest first
+	next    int
+	serving bool // Run is running
+	wg      sync.WaitGroup
+}
+
+// New returns a Shell for ws. It fails when no shell is installed, or
+// when cfg.Sandbox is "bwrap" and bwrap is not on PATH. A nil log
+// discards.
+func New(ws *workspace.Workspace, cfg tools.BashConfig, log *slog.Logger) (*Shell, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	def := tools.DefaultConfig().Bash
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = def.Timeout
+	}
+	if cfg.MaxTimeout < cfg.Timeout {
+		cfg.MaxTimeout = max(def.MaxTimeout, cfg.Timeout)
+	}
+	if cfg.JobTimeout <= 0 {
+		cfg.JobTimeout = def.JobTimeout
+	}
+	s := &Shell{cfg: cfg, dir: ws.Dir(), environ: os.Environ, log: log, jobs: make(map[string]*job)}
+	sh, err := exec.LookPath("bash")
+	if err != nil {
+		if sh, err = exec.LookPath("sh"); err != nil {
+			return nil, errors.New("bash: neither bash nor sh is on PATH")
+		}
+	}
+	s.shell = sh
+	switch cfg.Sandbox {
+	case "":
+	case "bwrap":
+		bw, err := exec.LookPath("bwrap")
+		if err != nil {
+			return nil, errors.New("bash: tools.bash.sandbox is bwrap, but bwrap (bubblewrap) is not on PATH; install it (apt-get install bubblewrap) or set sandbox to \"\"")
+		}
+		s.sandbox = bwrapArgs(bw, s.dir)
+	default:
+		return nil, fmt.Errorf("bash: unknown sandbox %q", cfg.Sandbox)
+	}
+	return s, nil
+}
+
+// bwrapArgs is the bubblewrap command line confining a command to the
+// workspace dir.
+func bwrapArgs(bwrap, dir string) []string {
+	args := []string{bwrap, "--die-with-parent", "--new-session", "--unshare-all", "--share-net",
+		"--ro-bind", "/usr", "/usr"}
+	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"} {
+		args = append(args, "--ro-bind-try", d, d)
+	}
+	return append(args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+		"--bind", dir, dir, "--chdir", dir, "--setenv", "HOME", dir, "--setenv", "TMPDIR", "/tmp", "--")
+}
+
+// Tool returns the bash tool.
+func (s *Shell) Tool() tools.Tool { return &bashTool{s: s} }
+
+// Run serves background jobs until ctx is cancelled, then kills every job
+// and waits for them; it returns nil. Call it once.
+func (s *Shell) Run(ctx context.Context) error {
+	s.mu.Lock()
+	s.serving = true
+	s.mu.Unlock()
+	<-ctx.Done()
+	s.mu.Lock()
+	s.serving = false
+	for _, j := range s.jobs {
+		j.cancel()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// command builds the exec.Cmd of script under ctx.
+func (s *Shell) command(ctx context.Context, script string) *exec.Cmd {
+	argv := append(slices.Clone(s.sandbox), s.shell, "-c", script)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = s.dir
+	cmd.Env = tools.ScrubEnv(s.environ(), s.cfg.PassEnv)
+	return cmd
+}
+
+type bashTool struct{ s *Shell }
+
+func (*bashTool) Name() string { return "bash" }
+
+func (t *bashTool) Description() string {
+	c := t.s.cfg
+	d := fmt.Sprintf("Run a shell command (bash -c) with the workspace as working directory. Foreground commands time out after %s by default "+
+		"(timeout: up to %d seconds); the last 50 KB of stdout and stderr are returned with the exit code. ",
+		c.Timeout, int(c.MaxTimeout/time.Second))
+	if c.MaxJobs > 0 {
+		d += fmt.Sprintf("For long tasks set background: true and get a job id; then call with job_id to read new output (wait: seconds to wait for it to finish) "+
+			"or with job_id and kill: true to stop it. At most %d jobs; a job is killed after %s. ", c.MaxJobs, c.JobTimeout)
+	}
+	d += "No input can be typed into commands. Only some users may run commands."
+	if len(t.s.sandbox) > 0 {
+		d += " Commands run in a sandbox: only the workspace is writable, and files outside it are not visible."
+	}
+	return d
+}
+
+func (*bashTool) Schema() json.RawMessage {
+	return json.RawMessage(`{"type":"object","properties":{` +
+		`"command":{"type":"string","description":"The shell command to run."},` +
+		`"timeout":{"type":"integer","minimum":1,"description":"Seconds before the command is killed."},` +
+		`"background":{"type":"boolean","description":"Run as a background job and return its id at once."},` +
+		`"job_id":{"type":"string","description":"A background job to read new output from (or to kill)."},` +
+		`"kill":{"type":"boolean","description":"With job_id: kill the job."},` +
+		`"wait":{"type":"integer","minimum":0,"maximum":120,"description":"With job_id: seconds to wait for the job to finish before answering."}` +
+		`},"additionalProperties":false}`)
+}
+
+func (*bashTool) Permission() string { return tools.PermExec }
+func (*bashTool) ParallelSafe() bool { return false }
+
+type bashArgs struct {
+	Command    string `json:"command"`
+	Timeout    int    `json:"timeout"`
+	Background bool   `json:"background"`
+	JobID      string `json:"job_id"`
+	Kill       bool   `json:"kill"`
+	Wait       int    `json:"wait"`
+}
+
+func (t *bashTool) Run(ctx context.Context, call tools.Call) (tools.Result, error) {
+	s := t.s
+	if !tools.UserAllowed(s.cfg.AllowUsers, call.Session) {
+		return tools.Result{}, fmt.Errorf("%w: bash is not allowed for user %q on channel %q (the operator can add \"%s:%s\" to tools.bash.allow_users)",
+			tools.ErrDenied, call.Session.UserID, call.Session.Channel, call.Session.Channel, call.Session.UserID)
+	}
+	var a bashArgs
+	if err := tools.DecodeArgs(call.Args, &a); err != nil {
+		return tools.Result{}, err
+	}
+	switch {
+	case a.JobID != "" && a.Command != "":
+		return tools.Result{}, fmt.Errorf("%w: give either command (to run something) or job_id (to poll or kill a job), not both", tools.ErrBadArgs)
+	case a.JobID == "" && strings.TrimSpace(a.Command) == "":
+		return tools.Result{}, fmt.Errorf("%w: command is required", tools.ErrBadArgs)
+	case a.Kill && a.JobID == "":
+		return tools.Result{}, fmt.Errorf("%w: kill needs job_id", tools.ErrBadArgs)
+	case a.Wait != 0 && a.JobID == "":
+		return tools.Result{}, fmt.Errorf("%w: wait applies to job_id polls", tools.ErrBadArgs)
+	case a.Wait < 0 || a.Wait > int(maxWait/time.Second):
+		return tools.Result{}, fmt.Errorf("%w: wait must be between 0 and %d, got %d", tools.ErrBadArgs, int(maxWait/time.Second), a.Wait)
+	case a.Timeout < 0:
+		return tools.Result{}, fmt.Errorf("%w: timeout must be >= 1, got %d", tools.ErrBadArgs, a.Timeout)
+	case strings.IndexByte(a.Command, 0) >= 0:
+		return tools.Result{}, fmt.Errorf("%w: command contains a NUL byte", tools.ErrBadArgs)
+	}
+	if a.JobID != "" {
+		return s.poll(ctx, call.Session, a.JobID, a.Kill, time.Duration(a.Wait)*time.Second)
+	}
+	if a.Background {
+		return s.startJob(call.Session, a.Command, time.Duration(a.Timeout)*time.Second)
+	}
+	limit := s.cfg.Timeout
+	if a.Timeout > 0 {
+		if a.Timeout > int(s.cfg.MaxTimeout/time.Second) {
+			return tools.Result{}, fmt.Errorf("%w: timeout must be at most %d seconds, got %d", tools.ErrBadArgs, int(s.cfg.MaxTimeout/time.Second), a.Timeout)
+		}
+		limit = time.Duration(a.Timeout) * time.Second
+	}
+	return s.foreground(ctx, a.Command, limit)
+}
+
+// foreground runs script and waits for it.
+func (s *Shell) foreground(ctx context.Context, script string, limit time.Duration) (tools.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	p, err := start(ctx, s.command(ctx, script), tools.DefaultMaxOutputBytes)
+	if err != nil {
+		return tools.Result{}, err
+	}
+	werr := p.wait()
+	st, failed := status(werr, ctx.Err(), limit)
+	return tools.Result{Text: joinOutput(p.out.String(), st), IsError: failed}, nil
+}
+
+// joinOutput puts the output and the status line together.
+func joinOutput(out, st string) string {
+	switch {
+	case out == "" && st == "":
+		return "(no output)"
+	case out == "":
+		return "(no output)\n" + st
+	case st == "":
+		return out
+	}
+	return strings.TrimSuffix(out, "\n") + "\n" + st
+}
