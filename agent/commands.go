@@ -8,18 +8,20 @@ import (
 
 // Command names.
 const (
-	cmdNone   = ""
-	cmdNew    = "new"
-	cmdStop   = "stop"
-	cmdHelp   = "help"
-	cmdStatus = "status"
-	cmdSteer  = "steer"
+	cmdNone    = ""
+	cmdNew     = "new"
+	cmdStop    = "stop"
+	cmdHelp    = "help"
+	cmdStatus  = "status"
+	cmdSteer   = "steer"
+	cmdCompact = "compact"
 )
 
 const helpText = "Commands:\n" +
 	"/new — start a fresh conversation (history stays on disk, memory is kept)\n" +
 	"/stop — stop the request that is running now\n" +
 	"/steer <text> — redirect the running request (outside one, it is a normal message)\n" +
+	"/compact — fold all but the last 2 turns into the summary\n" +
 	"/status — show this chat's session state\n" +
 	"/help — this list\n" +
 	"Anything else goes to the assistant."
@@ -44,7 +46,7 @@ func parseCommand(text string) command {
 	word, _, _ = strings.Cut(word, "@")
 	word = strings.ToLower(word)
 	switch word {
-	case cmdNew, cmdStop, cmdHelp, cmdStatus, cmdSteer:
+	case cmdNew, cmdStop, cmdHelp, cmdStatus, cmdSteer, cmdCompact:
 		return command{name: word, arg: strings.TrimSpace(arg)}
 	}
 	return command{}

@@ -30,6 +30,23 @@ type harness struct {
 	model *llmtest.Server
 	bus   *agenttest.Bus
 	store *memtest.MemStore
+	// summaries receives every summary the background summariser stores.
+	summaries chan string
+}
+
+// notifyStore reports SetSummary calls.
+type notifyStore struct {
+	*memtest.MemStore
+	ch chan string
+}
+
+func (n notifyStore) SetSummary(ctx context.Context, session, summary string) error {
+	err := n.MemStore.SetSummary(ctx, session, summary)
+	select {
+	case n.ch <- summary:
+	default:
+	}
+	return err
 }
 
 type harnessConfig struct {
@@ -54,7 +71,8 @@ func newHarness(t *testing.T, mods ...func(*harnessConfig)) *harness {
 	for _, m := range mods {
 		m(&hc)
 	}
-	h := &harness{t: t, model: llmtest.NewServer(t, hc.modelOption...), bus: agenttest.NewBus(), store: memtest.NewMemStore()}
+	h := &harness{t: t, model: llmtest.NewServer(t, hc.modelOption...), bus: agenttest.NewBus(), store: memtest.NewMemStore(),
+		summaries: make(chan string, 16)}
 	hc.llm.BaseURL = h.model.URL()
 	client, err := llm.New(hc.llm, nil, llm.WithHTTPClient(h.model.HTTPClient()))
 	if err != nil {
@@ -69,7 +87,7 @@ func newHarness(t *testing.T, mods ...func(*harnessConfig)) *harness {
 		tb = reg
 	}
 	hc.opt.Subjects = h.bus.Subjects()
-	mgr, err := NewManager(hc.cfg, hc.opt, Deps{Source: h.bus, Publisher: h.bus, Store: h.store, Model: client,
+	mgr, err := NewManager(hc.cfg, hc.opt, Deps{Source: h.bus, Publisher: h.bus, Store: notifyStore{h.store, h.summaries}, Model: client,
 		Tools: tb, Prompts: hc.prompts, Summarizer: hc.summarizer})
 	if err != nil {
 		t.Fatal(err)

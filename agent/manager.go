@@ -90,8 +90,9 @@ type Manager struct {
 	sessions map[string]*session
 	pending  map[bus.Delivery]struct{}
 
-	wg    sync.WaitGroup
-	turns atomic.Int64
+	wg          sync.WaitGroup
+	turns       atomic.Int64
+	summaryJobs chan summaryJob
 }
 
 // NewManager validates its arguments and returns a manager. It does no I/O.
@@ -128,11 +129,12 @@ func NewManager(cfg Config, opt Options, deps Deps) (*Manager, error) {
 			ContextWindow: opt.ContextWindow, MaxOutputTokens: opt.MaxOutputTokens, ToolTimeout: opt.ToolTimeout,
 			Subagents: subagents(cfg.Subagents, opt.ReadFile), SubagentDepth: cfg.SubagentDepth, SubagentConcurrency: cfg.SubagentConcurrency,
 		}, log),
-		log:      log.With("component", "agent"),
-		sem:      make(chan struct{}, cfg.MaxConcurrentTurns),
-		start:    opt.Now(),
-		sessions: map[string]*session{},
-		pending:  map[bus.Delivery]struct{}{},
+		log:         log.With("component", "agent"),
+		sem:         make(chan struct{}, cfg.MaxConcurrentTurns),
+		start:       opt.Now(),
+		sessions:    map[string]*session{},
+		pending:     map[bus.Delivery]struct{}{},
+		summaryJobs: make(chan summaryJob, summaryQueue),
 	}, nil
 }
 
@@ -144,6 +146,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	m.wg.Go(func() { m.heartbeat(runCtx) })
+	if m.deps.Summarizer != nil {
+		m.summaries(runCtx)
+	}
 	err := m.deps.Source.Consume(runCtx, func(d bus.Delivery) { m.dispatch(runCtx, d) })
 	cancel()
 	m.wg.Wait()

@@ -36,9 +36,24 @@ type session struct {
 	steer     []string                // pending /steer texts of the running turn
 	steerOpen bool                    // the running turn still accepts /steer
 
+	// summaryShared is the running summary of turns dropped from the
+	// context; guarded by mu because the background summariser updates it.
+	summaryShared string
+
 	loaded  bool
 	history []memory.Message // context cache, oldest first
-	summary string           // running summary of turns dropped from the context
+}
+
+func (s *session) summary() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.summaryShared
+}
+
+func (s *session) setSummary(v string) {
+	s.mu.Lock()
+	s.summaryShared = v
+	s.mu.Unlock()
 }
 
 // Results of offerSteer.
@@ -188,10 +203,18 @@ func (s *session) process(ctx context.Context, it item) {
 	switch cmd := parseCommand(it.in.Text); cmd.name {
 	case cmdNew:
 		s.history, s.loaded = nil, true
+		s.setSummary("")
 		m.finishSimple(ctx, it.in, it.d, bus.KindNotice, "Started a new conversation. Earlier messages stay on disk but are no longer part of the context.", true)
 		return
 	case cmdHelp:
 		m.finishSimple(ctx, it.in, it.d, bus.KindNotice, helpText, false)
+		return
+	case cmdCompact:
+		if !s.load(ctx) {
+			m.untrack(it.d)
+			return
+		}
+		m.finishSimple(ctx, it.in, it.d, bus.KindNotice, s.compactNow(ctx), false)
 		return
 	case cmdStatus:
 		s.load(ctx)
@@ -222,7 +245,7 @@ func (s *session) turn(ctx context.Context, it item) {
 
 	// Fit the context once, before the loop, by whole turns.
 	user := userMessage(in, now)
-	system, err := buildPrompt(m.deps.Prompts, m.exec.Tools(), s.summary, facts)
+	system, err := buildPrompt(m.deps.Prompts, m.exec.Tools(), s.summary(), facts)
 	if err != nil {
 		m.log.Error("system prompt failed", "session", s.key, "err", err)
 		m.finishSimple(ctx, in, it.d, bus.KindError, "Sorry, I could not read my workspace files. The operator can find details in the log.", false)
@@ -233,7 +256,7 @@ func (s *session) turn(ctx context.Context, it item) {
 	if len(dropped) > 0 {
 		s.history = kept
 		s.summarize(ctx, dropped)
-		if system, err = buildPrompt(m.deps.Prompts, m.exec.Tools(), s.summary, facts); err != nil {
+		if system, err = buildPrompt(m.deps.Prompts, m.exec.Tools(), s.summary(), facts); err != nil {
 			m.log.Error("system prompt failed", "session", s.key, "err", err)
 		}
 	}
@@ -278,7 +301,8 @@ func (s *session) turn(ctx context.Context, it item) {
 	m.turns.Add(1)
 	switch {
 	case fresh:
-		s.history, s.summary = msgs, ""
+		s.history = msgs
+		s.setSummary("")
 	default:
 		s.history = res.History
 		if len(res.Dropped) > 0 {
@@ -302,22 +326,22 @@ func (s *session) load(ctx context.Context) bool {
 		s.m.log.Error("history load failed; message left for redelivery", "session", s.key, "err", err)
 		return false
 	}
-	s.history, s.summary, s.loaded = snap.Messages, snap.Summary, true
+	s.history, s.loaded = snap.Messages, true
+	s.setSummary(snap.Summary)
 	return true
 }
 
-// summarize folds dropped turns into the running summary: the configured
-// Summarizer, or a rule-based digest when there is none or it fails.
-func (s *session) summarize(ctx context.Context, dropped []memory.Message) {
-	if sm := s.m.deps.Summarizer; sm != nil {
-		if sum, err := sm.Summarize(ctx, s.key, s.summary, dropped); err == nil && sum != "" {
-			s.summary = sum
-			return
-		} else if err != nil {
-			s.m.log.Warn("summarizer failed; using a plain digest", "session", s.key, "err", err)
-		}
+// summarize folds dropped turns into the running summary at once with a
+// rule-based digest (so the context stays within budget whatever happens
+// next) and, with a Summarizer, queues a model-written summary to replace
+// the digest in the background. It never blocks on the model.
+func (s *session) summarize(_ context.Context, dropped []memory.Message) {
+	prev := s.summary()
+	base := digest(prev, dropped)
+	s.setSummary(base)
+	if s.m.deps.Summarizer != nil {
+		s.m.enqueueSummary(summaryJob{s: s, base: base, previous: prev, dropped: append([]memory.Message(nil), dropped...)})
 	}
-	s.summary = digest(s.summary, dropped)
 }
 
 // compact makes the trimmed context durable: the store's context start
@@ -328,7 +352,7 @@ func (s *session) compact(ctx context.Context) {
 	if !ok {
 		return
 	}
-	if err := c.Compact(ctx, s.key, s.summary, len(turnStarts(s.history))); err != nil {
+	if err := c.Compact(ctx, s.key, s.summary(), len(turnStarts(s.history))); err != nil {
 		s.m.log.Warn("could not store the compacted context", "session", s.key, "err", err)
 	}
 }

@@ -269,3 +269,22 @@ func (s *MemStore) PruneReceipts(ctx context.Context, before time.Time) (int, er
 	}
 	return n, nil
 }
+
+// SetSummary replaces a session's summary (the background summariser's
+// write); the context start is unchanged. An unknown session is an error
+// wrapping memory.ErrNotFound.
+func (s *MemStore) SetSummary(ctx context.Context, session, summary string) error {
+	if err := memory.ValidateSession(session); err != nil {
+		return fmt.Errorf("memtest: set summary: %w", err)
+	}
+	if err := s.lock(ctx); err != nil {
+		return fmt.Errorf("memtest: set summary %q: %w", session, err)
+	}
+	defer s.mu.Unlock()
+	sess := s.sessions[session]
+	if sess == nil {
+		return fmt.Errorf("memtest: set summary %q: %w", session, memory.ErrNotFound)
+	}
+	sess.summary = summary
+	return nil
+}

@@ -1,0 +1,189 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"switchboard/agent/llm"
+	"switchboard/memory"
+)
+
+// Background summaries (issue: compaction with summaries, durably).
+const (
+	summaryMaxTokens   = 500
+	summaryTimeout     = 2 * time.Minute
+	summaryQueue       = 256
+	summaryWorkers     = 2
+	summaryMaxAttempts = 3
+	summarySystem      = "You maintain the running summary of a chat between a user and an assistant. " +
+		"Merge the previous summary with the conversation excerpt into one summary of event-style bullet points (\"- \"), " +
+		"oldest first. Keep facts about the user, decisions, results, open questions and to-dos; drop small talk and greetings. " +
+		"Never invent anything. At most 400 words. Output only the bullets."
+)
+
+// ModelSummarizer writes summaries with the model itself (temperature 0,
+// at most 500 tokens). Safe for concurrent use.
+type ModelSummarizer struct {
+	Model Model
+	// ModelName overrides the model for summaries ("" = configured).
+	ModelName string
+}
+
+// Summarize implements Summarizer.
+func (s ModelSummarizer) Summarize(ctx context.Context, session, previous string, dropped []memory.Message) (string, error) {
+	var b strings.Builder
+	if previous != "" {
+		b.WriteString("Previous summary:\n")
+		b.WriteString(previous)
+		b.WriteString("\n\n")
+	}
+	b.WriteString("Conversation excerpt to fold in:\n")
+	for _, m := range dropped {
+		text := strings.TrimSpace(m.Text())
+		switch {
+		case m.Role == memory.RoleTool || text == "":
+			continue
+		case m.Role == memory.RoleUser:
+			fmt.Fprintf(&b, "[%s] user: %s\n", m.Time.Format("2006-01-02 15:04"), truncateMiddle(text, 2000))
+		default:
+			fmt.Fprintf(&b, "[%s] assistant: %s\n", m.Time.Format("2006-01-02 15:04"), truncateMiddle(text, 2000))
+		}
+	}
+	zero := float32(0)
+	resp, err := s.Model.Stream(ctx, llm.Request{
+		Model:       s.ModelName,
+		MaxTokens:   summaryMaxTokens,
+		Temperature: &zero,
+		Messages:    []llm.Message{{Role: llm.RoleSystem, Content: summarySystem}, {Role: llm.RoleUser, Content: b.String()}},
+	}, nil)
+	if err != nil {
+		return "", fmt.Errorf("agent: summarize %s: %w", session, err)
+	}
+	out := strings.TrimSpace(stripThink(resp.Text))
+	if out == "" {
+		return "", fmt.Errorf("agent: summarize %s: the model returned nothing", session)
+	}
+	return truncateMiddle(out, maxSummaryBytes), nil
+}
+
+// summaryStore is the optional store capability of saving a summary alone.
+type summaryStore interface {
+	SetSummary(ctx context.Context, session, summary string) error
+}
+
+// summaryJob asks for a model-written summary to replace a digest.
+type summaryJob struct {
+	s        *session
+	base     string // the summary the digest produced (what the result replaces)
+	previous string // the summary before the digest
+	dropped  []memory.Message
+	attempt  int
+}
+
+// summaries runs the background summariser: jobs never block a reply; the
+// digest already keeps the context within budget, and a model-written
+// summary replaces it when ready. Failures are retried with backoff.
+func (m *Manager) summaries(ctx context.Context) {
+	for range summaryWorkers {
+		m.wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case j := <-m.summaryJobs:
+					m.runSummary(ctx, j)
+				}
+			}
+		})
+	}
+}
+
+func (m *Manager) runSummary(ctx context.Context, j summaryJob) {
+	sctx, cancel := context.WithTimeout(ctx, summaryTimeout)
+	sum, err := m.deps.Summarizer.Summarize(sctx, j.s.key, j.previous, j.dropped)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+			return
+		}
+		j.attempt++
+		m.log.Warn("background summary failed; the plain digest stays for now", "session", j.s.key, "attempt", j.attempt, "err", err)
+		if j.attempt >= summaryMaxAttempts {
+			return
+		}
+		wait := time.Duration(j.attempt) * time.Minute
+		m.wg.Go(func() {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+				m.enqueueSummary(j)
+			}
+		})
+		return
+	}
+	j.s.applySummary(ctx, j.base, sum)
+}
+
+// enqueueSummary queues a job without blocking; a full queue keeps the digest.
+func (m *Manager) enqueueSummary(j summaryJob) {
+	select {
+	case m.summaryJobs <- j:
+	default:
+		m.log.Warn("summary queue full; keeping the plain digest", "session", j.s.key)
+	}
+}
+
+// applySummary replaces the digest base with the model's summary when the
+// session's summary still starts with it (digests appended after it are
+// kept), and stores it. The store write happens under the session's lock so
+// that a newer summary is never overwritten by an older one.
+func (s *session) applySummary(ctx context.Context, base, sum string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.summaryShared
+	if base == "" || !strings.HasPrefix(cur, base) {
+		return // a /new or a reset happened meanwhile
+	}
+	s.summaryShared = strings.TrimSpace(sum + cur[len(base):])
+	if st, ok := s.m.deps.Store.(summaryStore); ok {
+		if err := st.SetSummary(ctx, s.key, s.summaryShared); err != nil {
+			s.m.log.Warn("could not store the summary", "session", s.key, "err", err)
+		}
+	}
+}
+
+// compactNow answers /compact: every turn but the last two goes into the
+// summary (model-written when a Summarizer is set, within a minute, else
+// the digest), durably. It returns the text for the user.
+func (s *session) compactNow(ctx context.Context) string {
+	const keep = 2
+	starts := turnStarts(s.history)
+	if len(starts) <= keep {
+		return fmt.Sprintf("Nothing to compact: the context holds %d turn(s).", len(starts))
+	}
+	cut := starts[len(starts)-keep]
+	dropped := s.history[:cut]
+	prev := s.summary()
+	sum := ""
+	if sm := s.m.deps.Summarizer; sm != nil {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		var err error
+		sum, err = sm.Summarize(sctx, s.key, prev, dropped)
+		cancel()
+		if err != nil {
+			s.m.log.Warn("summary for /compact failed; using a plain digest", "session", s.key, "err", err)
+		}
+	}
+	if sum == "" {
+		sum = digest(prev, dropped)
+	}
+	s.history = append([]memory.Message(nil), s.history[cut:]...)
+	s.setSummary(sum)
+	s.compact(ctx)
+	return fmt.Sprintf("Compacted %d earlier turn(s) into the summary; the last %d stay as they are.", len(starts)-keep, keep)
+}
