@@ -19,7 +19,8 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/switchboard ./cmd/switchboard
+ARG VERSION=dev
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/switchboard ./cmd/switchboard
 # Folders the final stage copies with their owner, since distroless has no
 # shell to create them.
 RUN mkdir -p /out/state/data/workspace /out/etc \
@@ -34,6 +35,9 @@ ENV SWITCHBOARD_BUS_LISTEN=0.0.0.0:4222 \
 WORKDIR /var/lib/switchboard
 USER 65532:65532
 VOLUME ["/var/lib/switchboard", "/etc/switchboard"]
-# 4222: NATS clients (bridges, `switchboard chat`); 9090: GET /healthz, /readyz.
+# 4222: NATS clients (bridges, `switchboard chat`); 9090: GET /healthz, /readyz, /metrics.
 EXPOSE 4222 9090
+# No shell or curl in the image: the binary checks its own /healthz.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
+	CMD ["switchboard", "healthcheck", "--url", "http://127.0.0.1:9090/healthz"]
 ENTRYPOINT ["switchboard", "serve", "--config", "/etc/switchboard/config.yaml"]

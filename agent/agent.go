@@ -12,6 +12,7 @@ package agent
 
 import (
 	"context"
+	"time"
 
 	"switchboard/agent/llm"
 	"switchboard/bus"
@@ -46,6 +47,36 @@ type Toolbox interface {
 	List() []tools.Tool
 	Run(ctx context.Context, name string, call tools.Call) tools.Result
 }
+
+// Observer receives the runtime's measurements (the metrics package
+// implements it). Its methods must be cheap, must not block, and must be
+// safe for concurrent use. Label values passed are bounded: channel names,
+// stop reasons, tool names, fixed outcome words.
+type Observer interface {
+	// Inbound: outcome is accepted, duplicate, rejected_invalid or
+	// rejected_too_large.
+	Inbound(channel, outcome string)
+	// Outbound counts a final outbound message of a kind.
+	Outbound(channel, kind string)
+	// TurnDone: firstDelta is zero when nothing was streamed.
+	TurnDone(stopReason string, firstDelta, total time.Duration)
+	// ToolDone: outcome is ok, error or denied.
+	ToolDone(tool, outcome string, d time.Duration)
+	// Rollback: reason is markup, unknown_tool or duplicate.
+	Rollback(reason string)
+	// BreakerTrip: kind is block or abort.
+	BreakerTrip(kind string)
+}
+
+// nopObserver is the Observer used when none is configured.
+type nopObserver struct{}
+
+func (nopObserver) Inbound(string, string)                        {}
+func (nopObserver) Outbound(string, string)                       {}
+func (nopObserver) TurnDone(string, time.Duration, time.Duration) {}
+func (nopObserver) ToolDone(string, string, time.Duration)        {}
+func (nopObserver) Rollback(string)                               {}
+func (nopObserver) BreakerTrip(string)                            {}
 
 // PromptFiles supplies the workspace's prompt files, re-read only when they
 // changed. Safe for concurrent use.

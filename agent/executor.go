@@ -101,6 +101,9 @@ type TurnInput struct {
 	Session tools.Session
 	Sink    TurnSink // may be nil
 	Steer   Steering // may be nil
+	// Log, when set, is the turn's logger (carrying channel, session,
+	// msg_id and turn); the executor's logger otherwise.
+	Log *slog.Logger
 	// Proactive turns (scheduled, not answering a user) may end silently
 	// when the model has nothing to say.
 	Proactive bool
@@ -141,6 +144,8 @@ type ExecOptions struct {
 	ParallelTools   int           // concurrent parallel-safe calls (default 4)
 	ContextWindow   int           // the model's window (llm.context_window); 0 disables the in-run guard
 	MaxOutputTokens int           // reserved for the reply (llm.max_tokens)
+
+	Observer Observer // measurements; nil discards
 
 	Subagents           map[string]Subagent // offered as tools agent-<name>
 	SubagentDepth       int                 // 1: sub-agents cannot call sub-agents
@@ -245,6 +250,9 @@ func NewExecutor(model Model, tb Toolbox, opt ExecOptions, log *slog.Logger) *Ex
 	if opt.SubagentConcurrency <= 0 {
 		opt.SubagentConcurrency = 3
 	}
+	if opt.Observer == nil {
+		opt.Observer = nopObserver{}
+	}
 	if opt.KeepToolResults == 0 && opt.MaxRollbacks == 0 && opt.ExtraAttempts == 0 {
 		opt.KeepToolResults = -1 // a zero ExecOptions keeps every result
 	}
@@ -269,6 +277,7 @@ type turn struct {
 	e       *Executor
 	in      TurnInput
 	ctx     context.Context
+	log     *slog.Logger
 	context []memory.Message // history + new messages
 	added   []memory.Message
 	res     TurnResult
@@ -316,8 +325,11 @@ func (t *turn) event(typ string, data any) {
 }
 
 func (e *Executor) newTurn(ctx context.Context, in TurnInput, maxSteps, depth int, allow func(string) bool) *turn {
-	t := &turn{e: e, in: in, ctx: ctx, lastResults: -1, ts: e.toolSet(allow, depth), maxSteps: maxSteps, depth: depth,
+	t := &turn{e: e, in: in, ctx: ctx, log: in.Log, lastResults: -1, ts: e.toolSet(allow, depth), maxSteps: maxSteps, depth: depth,
 		answered: map[string]string{}, elided: map[string]bool{}}
+	if t.log == nil {
+		t.log = e.log.With("session", in.Session.Key)
+	}
 	t.context = make([]memory.Message, 0, len(in.History)+8)
 	t.context = append(t.context, in.History...)
 	t.add(in.User)
@@ -354,22 +366,23 @@ func (t *turn) isTool(name string) bool {
 // answerKey identifies a call for duplicate detection.
 func answerKey(c llm.ToolCall) string { return c.Name + "\x00" + argsHash([]byte(c.Arguments)) }
 
-// rollbackReason says why a reply should be dropped and resampled, or "".
-func (t *turn) rollbackReason(text string, calls []llm.ToolCall) string {
+// rollbackReason says why a reply should be dropped and resampled, or
+// "": a kind for metrics (markup, unknown_tool, duplicate) and a text.
+func (t *turn) rollbackReason(text string, calls []llm.ToolCall) (kind, why string) {
 	if len(calls) == 0 && hasCallMarkup(text, t.isTool) {
-		return "tool-call markup in the text instead of a tool call"
+		return "markup", "tool-call markup in the text instead of a tool call"
 	}
 	for _, c := range calls {
 		if !t.isTool(c.Name) {
-			return fmt.Sprintf("call to %q, which is not a tool", c.Name)
+			return "unknown_tool", fmt.Sprintf("call to %q, which is not a tool", c.Name)
 		}
 	}
 	for _, c := range calls {
 		if _, dup := t.answered[answerKey(c)]; dup {
-			return fmt.Sprintf("exact duplicate of an earlier %s call in this task", c.Name)
+			return "duplicate", fmt.Sprintf("exact duplicate of an earlier %s call in this task", c.Name)
 		}
 	}
-	return ""
+	return "", ""
 }
 
 // resampleTemperature is the temperature of a call that resamples a
@@ -423,11 +436,12 @@ func (t *turn) loop() error {
 			return nil
 		}
 		calls := uniqueIDs(resp.ToolCalls)
-		if why := t.rollbackReason(resp.Text, calls); why != "" && t.rollbacks < e.opt.MaxRollbacks {
+		if kind, why := t.rollbackReason(resp.Text, calls); why != "" && t.rollbacks < e.opt.MaxRollbacks {
+			e.opt.Observer.Rollback(kind)
 			t.rollbacks++
 			t.steps--
 			t.resample = true
-			e.log.Info("rolling back a model reply", "session", t.in.Session.Key, "reason", why, "consecutive", t.rollbacks)
+			t.log.Info("rolling back a model reply", "reason", why, "consecutive", t.rollbacks)
 			t.event("rollback", map[string]any{"reason": why, "consecutive": t.rollbacks, "attempt": t.attempts, "subagent": t.subName})
 			continue
 		}
@@ -437,11 +451,11 @@ func (t *turn) loop() error {
 			case !emptyRetried:
 				emptyRetried = true
 				t.steps--
-				e.log.Warn("empty model reply; retrying once", "session", t.in.Session.Key)
+				t.log.Warn("empty model reply; retrying once")
 				continue
 			case afterTools && !nudged && t.subName == "":
 				nudged = true
-				e.log.Warn("empty model reply after tools; nudging", "session", t.in.Session.Key)
+				t.log.Warn("empty model reply after tools; nudging")
 				if r, err := t.call(nil, []llm.Message{{Role: llm.RoleUser, Content: nudgePrompt}}); err == nil {
 					if s := cleanReply(r.Text, t.isTool); s != "" {
 						t.finalText(s, bus.KindReply, StopCompleted)
@@ -585,7 +599,7 @@ func (t *turn) call(specs []llm.Tool, extra []llm.Message) (*llm.Response, error
 			if t.in.Sink != nil {
 				t.in.Sink.Typing()
 			}
-			t.e.log.Info("model call will be retried", "session", t.in.Session.Key, "attempt", attempt, "wait", wait, "err", err)
+			t.log.Info("model call will be retried", "attempt", attempt, "wait", wait, "err", err)
 		}}
 	resp, err := t.e.model.Stream(t.ctx, req, onDelta)
 	t.lastLen, t.lastUsage, t.savedSince = len(t.context), 0, 0
@@ -603,7 +617,7 @@ func (t *turn) call(specs []llm.Tool, extra []llm.Message) (*llm.Response, error
 
 // fail turns a model error into an honest final text.
 func (t *turn) fail(err error) {
-	t.e.log.Warn("model call failed", "session", t.in.Session.Key, "err", err)
+	t.log.Warn("model call failed", "err", err)
 	t.res.Kind, t.res.StopReason = bus.KindError, StopError
 	switch {
 	case errors.Is(err, llm.ErrNotConfigured):
@@ -644,7 +658,7 @@ func (t *turn) runPostTurn() {
 		r := t.e.post.RunPostTurn(ctx, tl, tools.Call{ID: "post_" + tl.Name(), Args: args, Session: t.in.Session})
 		cancel()
 		if r.IsError {
-			t.e.log.Warn("post-turn tool failed", "tool", tl.Name(), "session", t.in.Session.Key, "result", truncateMiddle(r.Text, 500))
+			t.log.Warn("post-turn tool failed", "tool", tl.Name(), "result", truncateMiddle(r.Text, 500))
 		}
 		t.event(bus.EventToolResult, map[string]any{"name": tl.Name(), "stage": tools.StagePostTurn, "error": r.IsError, "text": truncateMiddle(r.Text, 2000)})
 	}

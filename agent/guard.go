@@ -103,7 +103,7 @@ func (t *turn) guard(specs []llm.Tool, extra []llm.Message) bool {
 	}
 	for t.estimate(specs, extra) > w {
 		if !t.elideOldest() {
-			t.e.log.Warn("context guard: the next request would not fit", "session", t.in.Session.Key,
+			t.log.Warn("context guard: the next request would not fit",
 				"estimate", t.estimate(specs, extra), "window", w)
 			return false
 		}

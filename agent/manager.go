@@ -19,9 +19,10 @@ import (
 
 // Defaults of the manager's timing knobs.
 const (
-	defaultHeartbeat    = 10 * time.Second
-	maxQueuedPerSession = 256
-	commitTimeout       = 30 * time.Second
+	defaultHeartbeat       = 10 * time.Second
+	defaultShutdownTimeout = 30 * time.Second
+	maxQueuedPerSession    = 256
+	commitTimeout          = 30 * time.Second
 )
 
 // Deps are the manager's collaborators. All are required except Tools.
@@ -36,6 +37,8 @@ type Deps struct {
 	// Summarizer, when set, writes the summary of turns dropped from the
 	// context; without it (or when it fails) a rule-based digest is used.
 	Summarizer Summarizer
+	// Observer, when set, receives measurements for metrics.
+	Observer Observer
 }
 
 // Summarizer condenses turns dropped from a session's context into its
@@ -68,6 +71,9 @@ type Options struct {
 	Heartbeat time.Duration
 	// Now returns the current time (tests inject a fixed clock).
 	Now func() time.Time
+	// ShutdownTimeout is how long running turns may go on after shutdown
+	// begins before they are cancelled (default 30 s).
+	ShutdownTimeout time.Duration
 }
 
 // Manager runs the sessions: it consumes inbound messages, rejects invalid
@@ -90,8 +96,11 @@ type Manager struct {
 	sessions map[string]*session
 	pending  map[bus.Delivery]struct{}
 
-	wg          sync.WaitGroup
+	wg          sync.WaitGroup // heartbeat, summaries, command goroutines
+	sessWG      sync.WaitGroup // session goroutines
+	draining    atomic.Bool    // shutting down: no new turns
 	turns       atomic.Int64
+	turnSeq     atomic.Int64 // numbers turns in logs
 	summaryJobs chan summaryJob
 }
 
@@ -115,9 +124,15 @@ func NewManager(cfg Config, opt Options, deps Deps) (*Manager, error) {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
+	if opt.ShutdownTimeout <= 0 {
+		opt.ShutdownTimeout = defaultShutdownTimeout
+	}
 	log := deps.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if deps.Observer == nil {
+		deps.Observer = nopObserver{}
 	}
 	return &Manager{
 		cfg:  cfg,
@@ -128,6 +143,7 @@ func NewManager(cfg Config, opt Options, deps Deps) (*Manager, error) {
 			ExtraAttempts: cfg.ExtraAttempts, MaxRollbacks: cfg.MaxConsecutiveRollbacks, KeepToolResults: cfg.KeepToolResults,
 			ContextWindow: opt.ContextWindow, MaxOutputTokens: opt.MaxOutputTokens, ToolTimeout: opt.ToolTimeout,
 			Subagents: subagents(cfg.Subagents, opt.ReadFile), SubagentDepth: cfg.SubagentDepth, SubagentConcurrency: cfg.SubagentConcurrency,
+			Observer: deps.Observer,
 		}, log),
 		log:         log.With("component", "agent"),
 		sem:         make(chan struct{}, cfg.MaxConcurrentTurns),
@@ -138,19 +154,37 @@ func NewManager(cfg Config, opt Options, deps Deps) (*Manager, error) {
 	}, nil
 }
 
-// Run consumes until ctx is cancelled, then cancels running turns (they are
-// neither committed nor acknowledged, so the bus redelivers them after a
-// restart), waits for every session goroutine and returns. It returns the
-// source's error if consuming fails.
+// Run consumes until ctx is cancelled, then shuts down gracefully: it
+// takes no new messages and starts no new turns (queued messages stay
+// unacknowledged, so the bus redelivers them after a restart), lets running
+// turns finish for up to Options.ShutdownTimeout, then cancels the rest
+// (also redelivered, never half-answered), waits for every goroutine and
+// returns. It returns the source's error if consuming fails.
 func (m *Manager) Run(ctx context.Context) error {
-	runCtx, cancel := context.WithCancel(ctx)
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	m.wg.Go(func() { m.heartbeat(runCtx) })
 	if m.deps.Summarizer != nil {
 		m.summaries(runCtx)
 	}
-	err := m.deps.Source.Consume(runCtx, func(d bus.Delivery) { m.dispatch(runCtx, d) })
+	err := m.deps.Source.Consume(ctx, func(d bus.Delivery) { m.dispatch(runCtx, d) })
+	m.draining.Store(true)
+	m.mu.Lock()
+	for _, s := range m.sessions {
+		s.nudge()
+	}
+	m.mu.Unlock()
+	drained := make(chan struct{})
+	go func() { m.sessWG.Wait(); close(drained) }() // joined below: ends once sessions exit
+	timer := time.NewTimer(m.opt.ShutdownTimeout)
+	select {
+	case <-drained:
+	case <-timer.C:
+		m.log.Warn("shutdown timeout: cancelling running turns; their messages will be redelivered", "timeout", m.opt.ShutdownTimeout)
+	}
+	timer.Stop()
 	cancel()
+	<-drained
 	m.wg.Wait()
 	if err != nil {
 		return fmt.Errorf("agent: consume: %w", err)
@@ -177,6 +211,17 @@ func subagents(cfgs map[string]SubagentConfig, read func(string) (string, error)
 	return out
 }
 
+// Queued returns the number of messages waiting in session queues.
+func (m *Manager) Queued() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, s := range m.sessions {
+		n += s.queued()
+	}
+	return n
+}
+
 // ActiveSessions returns the number of live session goroutines.
 func (m *Manager) ActiveSessions() int {
 	m.mu.Lock()
@@ -187,6 +232,9 @@ func (m *Manager) ActiveSessions() int {
 // dispatch is called by the source, one message at a time; it never blocks
 // on a turn.
 func (m *Manager) dispatch(ctx context.Context, d bus.Delivery) {
+	if m.draining.Load() {
+		return // not acknowledged: redelivered after the restart
+	}
 	in, err := bus.ParseInbound(m.opt.Subjects, d.Subject(), d.Data(), m.opt.MaxTextBytes)
 	if err != nil {
 		m.reject(ctx, d, err)
@@ -217,7 +265,7 @@ func (m *Manager) dispatch(ctx context.Context, d bus.Delivery) {
 	if s == nil {
 		s = newSession(m, key)
 		m.sessions[key] = s
-		m.wg.Go(func() { s.run(ctx) })
+		m.sessWG.Go(func() { s.run(ctx) })
 	}
 	ok := s.enqueue(item{in: in, d: d})
 	m.mu.Unlock()
@@ -232,6 +280,15 @@ func (m *Manager) dispatch(ctx context.Context, d bus.Delivery) {
 // reject sends an invalid message to the DLQ and removes it from the stream.
 // Garbage never stops the daemon and never reaches the model.
 func (m *Manager) reject(ctx context.Context, d bus.Delivery, reason error) {
+	outcome := "rejected_invalid"
+	if errors.Is(reason, bus.ErrTooLarge) {
+		outcome = "rejected_too_large"
+	}
+	channel := bus.InvalidChannel
+	if ch, _, err := m.opt.Subjects.ParseIn(d.Subject()); err == nil && bus.ValidChannel(ch) {
+		channel = ch
+	}
+	m.deps.Observer.Inbound(channel, outcome)
 	rec := bus.NewDLQRecord(d.Subject(), d.Data(), reason, m.opt.Now().UTC())
 	data, err := json.Marshal(rec)
 	if err == nil {
@@ -343,6 +400,7 @@ func (m *Manager) deliverFinal(ctx context.Context, in *bus.Inbound, d bus.Deliv
 		return fmt.Errorf("agent: publish final: %w", err)
 	}
 	m.done(d)
+	m.deps.Observer.Outbound(in.Channel, out.Kind)
 	m.markPublished(cctx, rec.Receipt.Key)
 	return nil
 }

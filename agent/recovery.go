@@ -26,7 +26,7 @@ func (t *turn) callRecovering(specs []llm.Tool, extra []llm.Message) (*llm.Respo
 		if len(t.added) > 0 && t.added[len(t.added)-1].Role == memory.RoleTool {
 			t.lastResults = len(t.context) - 1
 		}
-		t.e.log.Warn("provider rejected tool pairing; retrying with older turns as plain text", "session", t.in.Session.Key, "err", err)
+		t.log.Warn("provider rejected tool pairing; retrying with older turns as plain text", "err", err)
 		resp, err = t.call(specs, extra)
 	}
 	if err == nil || !errors.Is(err, llm.ErrContextOverflow) {
@@ -44,7 +44,7 @@ func (t *turn) callRecovering(specs []llm.Tool, extra []llm.Message) (*llm.Respo
 	target := int(0.9 * float64(window-t.e.opt.MaxOutputTokens-sys))
 	before := totalTokens(t.context)
 	t.compactTo(target)
-	t.e.log.Warn("context overflow; compacted and retrying once", "session", t.in.Session.Key,
+	t.log.Warn("context overflow; compacted and retrying once",
 		"window", window, "target_tokens", target, "before_tokens", before, "after_tokens", totalTokens(t.context))
 	t.event("context_compacted", map[string]any{"window": window, "target": target, "before": before, "after": totalTokens(t.context)})
 	resp, err = t.call(specs, extra)

@@ -102,6 +102,14 @@ func newSession(m *Manager, key string) *session {
 	return &session{m: m, key: key, wake: make(chan struct{}, 1)}
 }
 
+// nudge wakes the session goroutine (e.g. to notice a shutdown).
+func (s *session) nudge() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
 // enqueue adds it to the queue; false when the queue is full. The caller
 // holds m.mu.
 func (s *session) enqueue(it item) bool {
@@ -153,7 +161,7 @@ func (s *session) run(ctx context.Context) {
 	idle := time.NewTimer(s.m.cfg.SessionIdle)
 	defer idle.Stop()
 	for {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || s.m.draining.Load() {
 			return
 		}
 		if it, ok := s.pop(); ok {
@@ -195,11 +203,13 @@ func (s *session) process(ctx context.Context, it item) {
 		return
 	}
 	if ok {
+		m.deps.Observer.Inbound(it.in.Channel, "duplicate")
 		if err := m.replayReceipt(ctx, r, it.d); err != nil {
 			m.log.Error("replay failed", "key", it.in.DedupKey(), "err", err)
 		}
 		return
 	}
+	m.deps.Observer.Inbound(it.in.Channel, "accepted")
 	switch cmd := parseCommand(it.in.Text); cmd.name {
 	case cmdNew:
 		s.history, s.loaded = nil, true
@@ -233,6 +243,7 @@ func (s *session) process(ctx context.Context, it item) {
 // turn runs the model loop for one user message and delivers its answer.
 func (s *session) turn(ctx context.Context, it item) {
 	m, in := s.m, it.in
+	log := m.log.With("channel", in.Channel, "session", s.key, "msg_id", in.ID, "turn", m.turnSeq.Add(1))
 	if !s.load(ctx) {
 		m.untrack(it.d)
 		return
@@ -247,7 +258,7 @@ func (s *session) turn(ctx context.Context, it item) {
 	user := userMessage(in, now)
 	system, err := buildPrompt(m.deps.Prompts, m.exec.Tools(), s.summary(), facts)
 	if err != nil {
-		m.log.Error("system prompt failed", "session", s.key, "err", err)
+		log.Error("system prompt failed", "err", err)
 		m.finishSimple(ctx, in, it.d, bus.KindError, "Sorry, I could not read my workspace files. The operator can find details in the log.", false)
 		return
 	}
@@ -257,7 +268,7 @@ func (s *session) turn(ctx context.Context, it item) {
 		s.history = kept
 		s.summarize(ctx, dropped)
 		if system, err = buildPrompt(m.deps.Prompts, m.exec.Tools(), s.summary(), facts); err != nil {
-			m.log.Error("system prompt failed", "session", s.key, "err", err)
+			log.Error("system prompt failed", "err", err)
 		}
 	}
 
@@ -272,6 +283,7 @@ func (s *session) turn(ctx context.Context, it item) {
 		Session: tools.Session{Key: s.key, Channel: in.Channel, ChatID: in.ChatID, UserID: in.UserID},
 		Sink:    sink,
 		Steer:   s,
+		Log:     log,
 	})
 	s.mu.Lock()
 	late := len(s.steer)
@@ -279,7 +291,7 @@ func (s *session) turn(ctx context.Context, it item) {
 	s.mu.Unlock()
 	cancel(nil)
 	if errors.Is(err, ErrAborted) {
-		m.log.Info("turn aborted; the message will be redelivered", "session", s.key, "err", err)
+		log.Info("turn aborted; the message will be redelivered", "err", err)
 		m.untrack(it.d)
 		return
 	}
@@ -294,7 +306,7 @@ func (s *session) turn(ctx context.Context, it item) {
 	}
 	out := newOutbound(in, res.Kind, res.Text, sink.nextSeq(), true)
 	if err := m.deliverFinal(ctx, in, it.d, out, msgs, fresh); err != nil {
-		m.log.Error("answer not delivered; the message will be redelivered", "session", s.key, "err", err)
+		log.Error("answer not delivered; the message will be redelivered", "err", err)
 		s.loaded = false
 		return
 	}
@@ -312,6 +324,8 @@ func (s *session) turn(ctx context.Context, it item) {
 			s.compact(ctx)
 		}
 	}
+	log.Info("turn done", "stop_reason", res.StopReason, "steps", res.Steps, "tokens", res.Usage.TotalTokens)
+	m.deps.Observer.TurnDone(res.StopReason, sink.firstDeltaAfter(), m.opt.Now().Sub(now))
 	sink.Event(bus.EventTurnEnd, map[string]any{"id": in.ID, "steps": res.Steps, "kind": res.Kind,
 		"stop_reason": res.StopReason, "usage": res.Usage})
 }
@@ -415,15 +429,27 @@ func imageMIME(a bus.Attachment) string {
 
 // turnSink publishes a turn's typing signal, throttled deltas and events.
 type turnSink struct {
-	m        *Manager
-	in       *bus.Inbound
-	out      string // outbound subject
-	evt      string // event subject
-	start    time.Time
-	mu       sync.Mutex
-	seq      int
-	lastSent time.Time
-	lastText string
+	m          *Manager
+	in         *bus.Inbound
+	out        string // outbound subject
+	evt        string // event subject
+	start      time.Time
+	mu         sync.Mutex
+	seq        int
+	lastSent   time.Time
+	lastText   string
+	firstDelta time.Time
+}
+
+// firstDeltaAfter is the time from the turn's start to its first streamed
+// delta, or zero when none was sent.
+func (k *turnSink) firstDeltaAfter() time.Duration {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.firstDelta.IsZero() {
+		return 0
+	}
+	return k.firstDelta.Sub(k.start)
 }
 
 func newTurnSink(m *Manager, in *bus.Inbound, start time.Time) *turnSink {
@@ -454,6 +480,9 @@ func (k *turnSink) Delta(text string) {
 		return
 	}
 	k.lastSent, k.lastText = now, text
+	if k.firstDelta.IsZero() {
+		k.firstDelta = now
+	}
 	k.seq++
 	seq := k.seq
 	k.mu.Unlock()

@@ -97,6 +97,7 @@ func (t *turn) runSubagent(p prepared) memory.Block {
 		User:    memory.Message{Role: memory.RoleUser, TurnStart: true, Time: start.UTC(), Blocks: []memory.Block{{Type: memory.BlockText, Text: args.Subtask}}},
 		Session: t.in.Session,
 		Sink:    sink,
+		Log:     t.log.With("subagent", name),
 	}
 	st := t.e.newTurn(ctx, in, maxSteps, t.depth+1, func(n string) bool { return allowed[n] })
 	st.subName, st.model = name, spec.Model
@@ -143,7 +144,7 @@ func (t *turn) report() string {
 	}
 	resp, err := t.call(nil, extra)
 	if err != nil {
-		t.e.log.Warn("sub-agent report failed", "subagent", t.subName, "err", err)
+		t.log.Warn("sub-agent report failed", "subagent", t.subName, "err", err)
 		return ""
 	}
 	return cleanReply(resp.Text, t.isTool)

@@ -59,8 +59,10 @@ func (t *turn) prepare(c llm.ToolCall, finish string) prepared {
 	}
 	switch v, why := t.br.check(c.Name, p.hash); v {
 	case block:
+		t.e.opt.Observer.BreakerTrip("block")
 		p.err = why
 	case abort:
+		t.e.opt.Observer.BreakerTrip("abort")
 		p.err, p.stop = why, true
 	}
 	return p
@@ -100,7 +102,7 @@ func (t *turn) runTools(calls []llm.ToolCall, finish string) (aborted bool, why 
 		t.add(msg)
 		t.lastResults = len(t.context) - 1
 		if rec != nil {
-			t.e.log.Error("tool step panicked", "session", t.in.Session.Key, "panic", rec)
+			t.log.Error("tool step panicked", "panic", rec)
 		}
 	}()
 	defer wg.Wait() // runs before the fill above
@@ -221,6 +223,17 @@ func (t *turn) runTool(p prepared) (memory.Block, bool) {
 	}
 	t.event(bus.EventToolResult, map[string]any{"id": c.ID, "name": c.Name, "error": r.IsError,
 		"duration_ms": time.Since(start).Milliseconds(), "text": truncateMiddle(text, 2000)})
+	outcome, label := "ok", c.Name
+	switch {
+	case r.Denied:
+		outcome = "denied"
+	case r.IsError:
+		outcome = "error"
+	}
+	if !t.ts.names[c.Name] {
+		label = "_unknown"
+	}
+	t.e.opt.Observer.ToolDone(label, outcome, time.Since(start))
 	return memory.Block{Type: memory.BlockToolResult, ToolID: c.ID, Text: text, IsError: r.IsError}, r.Denied
 }
 

@@ -126,7 +126,9 @@ type Options struct {
 	// bus.subject_prefix (default "chat").
 	SubjectPrefix string
 	// Durable names the durable consumer on the outbound stream (default
-	// "bridge_" + Channel): letters, digits, '_' and '-'.
+	// "bridge_" + Channel): letters, digits, '_' and '-'. A bridge declared
+	// in the daemon's bus.bridges.<name> under a name other than its
+	// channel sets "bridge_<name>", the consumer its permissions allow.
 	Durable string
 	// MaxTextBytes is the inbound text limit PublishInbound enforces; set it
 	// to the daemon's bus.max_text_bytes (default 65536).
@@ -235,6 +237,9 @@ func (c Credentials) String() string {
 	return "none"
 }
 
+// GoString hides the secrets from %#v too.
+func (c Credentials) GoString() string { return "bridge.Credentials{" + c.String() + "}" }
+
 // options turns the credentials into connect options, validating them.
 func (c Credentials) options() ([]nats.Option, error) {
 	methods := 0
@@ -290,6 +295,7 @@ type Client struct {
 	afterDispatch func()        // after every message ConsumeOutbound receives
 	heartbeat     time.Duration // InProgress interval; 0 means AckWait/3
 	ackWait       time.Duration // consumer AckWait; 0 means AckWait
+	holdMax       time.Duration // redelivery hold bound; 0 means redeliveryGate
 }
 
 // New returns a Client over nc, a connection the caller owns and keeps

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -368,7 +369,7 @@ func TestDialValidation(t *testing.T) {
 
 func TestCredentialsStringRedacts(t *testing.T) {
 	for _, c := range []Credentials{{Token: "tok123"}, {User: "u", Password: "pw123"}, {NKeySeed: "SUseed123"}, {}} {
-		s := c.String()
+		s := c.String() + fmt.Sprintf(" %v %+v %#v", c, c, c)
 		for _, secret := range []string{"tok123", "pw123", "SUseed123"} {
 			if strings.Contains(s, secret) {
 				t.Errorf("Credentials.String() = %q leaks %q", s, secret)

@@ -17,6 +17,8 @@ const (
 	// flushTimeout bounds the flush of acknowledgements when
 	// ConsumeOutbound stops.
 	flushTimeout = 2 * time.Second
+	// drainWait bounds the wait for the pull subscription to stop.
+	drainWait = 5 * time.Second
 	// redeliveryGate bounds how long ConsumeOutbound waits, when it starts,
 	// for the messages a previous run left unacknowledged.
 	redeliveryGate = 2 * time.Second
@@ -58,6 +60,10 @@ type Handler func(ctx context.Context, out bus.Outbound) error
 // Ordering and concurrency: see [Handler]. At most Options.MaxWorkers
 // conversations are handled at once; a worker goroutine serves one
 // conversation while it has messages queued and exits when it is idle.
+// Order holds across restarts too: when the consumer has messages a
+// previous run received but did not acknowledge, ConsumeOutbound waits for
+// their redelivery (at most a couple of seconds) before it handles
+// anything, and queues every conversation in stream order.
 //
 // Coalescing: a queued delta or typing message that is superseded before
 // its turn comes (a newer delta, or the final, for the same in_reply_to; or
@@ -70,7 +76,8 @@ type Handler func(ctx context.Context, out bus.Outbound) error
 // channel, a subject that does not match the envelope) are logged and
 // terminated: never redelivered, never blocking the conversation.
 //
-// ConsumeOutbound returns an error if the consumer cannot be set up (no
+// ConsumeOutbound returns nil when ctx is cancelled, even before it has
+// started. It returns an error if the consumer cannot be set up (no
 // outbound stream, no permission), if another ConsumeOutbound of this
 // client is running, if the client is closed, or if the consumer stops on
 // its own (it was deleted, the connection was closed).
@@ -88,6 +95,9 @@ func (c *Client) ConsumeOutbound(ctx context.Context, h Handler) error {
 
 	cons, err := c.setupConsumer(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // cancelled while starting
+		}
 		return fmt.Errorf("bridge: consume outbound: %w", err)
 	}
 	stream, durable := StreamOut(c.opts.SubjectPrefix), c.opts.Durable
@@ -98,6 +108,9 @@ func (c *Client) ConsumeOutbound(ctx context.Context, h Handler) error {
 	// conversation is sorted by stream sequence before its worker starts.
 	info, err := cons.Info(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("bridge: consume outbound %s/%s: consumer info: %w", stream, durable, err)
 	}
 
@@ -137,9 +150,20 @@ func (c *Client) ConsumeOutbound(ctx context.Context, h Handler) error {
 		}
 	}
 	// Drain hands the messages already buffered to d.receive, which queues
-	// them; once Closed, no more callbacks run.
-	cc.Drain()
-	<-cc.Closed()
+	// them; once Closed, no more callbacks run. Draining needs the server,
+	// so without a connection just stop (the server redelivers the rest).
+	if c.nc.IsConnected() {
+		cc.Drain()
+	} else {
+		cc.Stop()
+	}
+	timer := time.NewTimer(drainWait)
+	select {
+	case <-cc.Closed():
+	case <-timer.C:
+		c.log.Warn("outbound consumer did not stop in time; going on", "stream", stream, "consumer", durable, "waited", drainWait)
+	}
+	timer.Stop()
 	cancel()
 	d.stop()
 	if err := c.nc.FlushTimeout(flushTimeout); err != nil && stopErr == nil {

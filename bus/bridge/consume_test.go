@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"switchboard/bus"
+	"switchboard/bus/bustest"
 )
 
 // ready creates the client's durable consumer now, so that messages
@@ -403,7 +404,7 @@ func TestConsumeReleasesUnhandledOnStop(t *testing.T) {
 func TestConsumeHeartbeatPreventsRedelivery(t *testing.T) {
 	e := newEnv(t)
 	c := e.newClient(t, Options{})
-	c.ackWait, c.heartbeat = 300*time.Millisecond, 50*time.Millisecond
+	c.ackWait, c.heartbeat = 500*time.Millisecond, 50*time.Millisecond
 	var received atomic.Int32
 	c.afterDispatch = func() { received.Add(1) }
 	ready(t, c)
@@ -414,7 +415,7 @@ func TestConsumeHeartbeatPreventsRedelivery(t *testing.T) {
 	run := startConsume(t, c, func(ctx context.Context, o bus.Outbound) error {
 		if o.ID == "k1" {
 			// Hold k1 (and k2 queued behind it) for several ack waits.
-			timer := time.NewTimer(4 * c.ackWait)
+			timer := time.NewTimer(3 * c.ackWait)
 			defer timer.Stop()
 			select {
 			case <-timer.C:
@@ -523,6 +524,11 @@ func TestConsumeAlreadyConsuming(t *testing.T) {
 	if err := c.ConsumeOutbound(t.Context(), nil); err == nil {
 		t.Error("ConsumeOutbound(nil handler) succeeded")
 	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := c.ConsumeOutbound(ctx, h); err != nil {
+		t.Errorf("ConsumeOutbound with a cancelled context = %v, want nil", err)
+	}
 }
 
 func TestConsumeStopsWhenConsumerDeleted(t *testing.T) {
@@ -588,5 +594,56 @@ func TestConsumePushConsumerRejected(t *testing.T) {
 	err := c.ConsumeOutbound(t.Context(), func(context.Context, bus.Outbound) error { return nil })
 	if err == nil || !strings.Contains(err.Error(), "push consumer") {
 		t.Errorf("ConsumeOutbound on a push consumer = %v", err)
+	}
+}
+
+func TestConsumeStopsWhenConnectionCloses(t *testing.T) {
+	e := newEnv(t)
+	nc := bustest.Connect(t, e.s)
+	c, err := New(nc, Options{Channel: "tg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready(t, c)
+	e.publishOut(t, out("n1", "c1", "", "i1", bus.KindReply, 1, true))
+	rec := newRecorder()
+	run := startConsume(t, c, func(ctx context.Context, o bus.Outbound) error { rec.add(o); return nil })
+	rec.waitN(t, 1)
+	nc.Close()
+	if err := run.waitDone(t); err == nil || !strings.Contains(err.Error(), "consumer stopped") {
+		t.Errorf("ConsumeOutbound after the connection closed = %v, want consumer stopped", err)
+	}
+}
+
+func TestConsumeHoldEndsWithoutRedeliveries(t *testing.T) {
+	e := newEnv(t)
+	c := e.newClient(t, Options{})
+	c.holdMax = 100 * time.Millisecond
+	ready(t, c)
+	// A crashed process received m1 and neither acknowledged nor released
+	// it: the server redelivers it only after AckWait (60 s).
+	e.publishOut(t, out("m1", "c1", "", "i1", bus.KindReply, 1, true))
+	cons, err := e.js.Consumer(t.Context(), "CHAT_OUT", "bridge_tg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range batch.Messages() {
+	}
+	if err := batch.Error(); err != nil {
+		t.Fatal(err)
+	}
+	e.publishOut(t, out("m2", "c2", "", "i2", bus.KindReply, 1, true))
+
+	rec := newRecorder()
+	run := startConsume(t, c, func(ctx context.Context, o bus.Outbound) error { rec.add(o); return nil })
+	if got := rec.waitN(t, 1); got[0].ID != "m2" {
+		t.Errorf("handled %v first, want m2 once the hold timed out", ids(got))
+	}
+	if err := run.stop(t); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -202,6 +202,9 @@ func (d *dispatcher) holdRedeliveries(n int, maxSeq uint64) time.Duration {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.holding, d.holdLeft, d.holdMaxSeq = true, n, maxSeq
+	if d.c.holdMax > 0 {
+		return d.c.holdMax
+	}
 	return redeliveryGate
 }
 

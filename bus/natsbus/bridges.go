@@ -22,7 +22,7 @@ import (
 const (
 	// BridgeAckWait is how long a pulled outbound message may stay
 	// unacknowledged before it is delivered again.
-	BridgeAckWait = 30 * time.Second
+	BridgeAckWait = 60 * time.Second
 	// BridgeMaxAckPending bounds a bridge's pulled-but-unacknowledged
 	// messages.
 	BridgeMaxAckPending = 1000

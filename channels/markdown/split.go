@@ -44,12 +44,19 @@ func Split(md string, limit int, measure func(string) int) []string {
 }
 
 // trimBlankLines removes trailing white space and leading blank lines (but
-// not the first line's indentation, which is significant).
+// not the first line's indentation, which is significant). All white space
+// gives "".
 func trimBlankLines(md string) string {
-	md = strings.TrimRight(md, " \t\n")
+	md = strings.TrimRightFunc(md, unicode.IsSpace)
 	for {
 		nl := strings.IndexByte(md, '\n')
-		if nl < 0 || strings.TrimLeft(md[:nl], " \t") != "" {
+		if nl < 0 {
+			if strings.TrimSpace(md) == "" {
+				return ""
+			}
+			return md
+		}
+		if strings.TrimSpace(md[:nl]) != "" {
 			return md
 		}
 		md = md[nl+1:]
@@ -104,7 +111,7 @@ func newSplitter(md string, limit int, measure func(string) int) *splitter {
 			end += start
 		}
 		text := md[start:end]
-		ln := srcLine{start: start, end: end, fence: -1, blank: strings.TrimLeft(text, " \t") == ""}
+		ln := srcLine{start: start, end: end, fence: -1, blank: strings.TrimSpace(text) == ""}
 		switch {
 		case cur >= 0 && isFenceClose(text, s.fences[cur].marker):
 			ln.role, ln.fence = roleClose, cur
@@ -249,17 +256,35 @@ func (s *splitter) skipBlank(p, reopen int) int {
 // bestCut returns the end of the piece starting at pos: the furthest cut
 // that fits at the best level that has one, or the nearest possible cut
 // when nothing fits.
+//
+// Candidates are looked for in a window after pos, widened while its last
+// candidate still fits, so that each piece costs time in proportion to its
+// length rather than to the rest of the text. The window starts at 16
+// bytes per unit of limit, which assumes a measure is not far below a
+// quarter of the rune count of the source (true of runes, bytes, UTF-16
+// units and of Plain, which drops only markup).
 func (s *splitter) bestCut(pos, reopen int) int {
 	fits := func(p int) bool {
 		return strings.TrimSpace(s.md[pos:p]) != "" && s.measure(s.build(pos, p, reopen)) <= s.limit
 	}
 	nearest := len(s.md)
 	for level := range numLevels {
-		cands := s.candidates(level, pos, reopen)
-		if len(cands) > 1 {
-			nearest = min(nearest, cands[0])
-		}
-		if p, ok := furthest(cands, fits); ok {
+		for window := 16*s.limit + 64; ; window *= 2 {
+			end := len(s.md)
+			if window < end-pos {
+				end = pos + window
+			}
+			cands := s.candidates(level, pos, end)
+			if len(cands) > 0 {
+				nearest = min(nearest, cands[0])
+			}
+			p, ok := furthest(cands, fits)
+			if !ok {
+				break
+			}
+			if p == cands[len(cands)-1] && end < len(s.md) {
+				continue // the whole window fits: look further
+			}
 			return p
 		}
 	}
@@ -298,27 +323,30 @@ func furthest(cands []int, fits func(int) bool) (int, bool) {
 	return cands[lo], true
 }
 
-// candidates returns the cut positions of a level after pos, ascending,
-// ending with len(md) (the whole rest).
-func (s *splitter) candidates(level, pos, reopen int) []int {
+// candidates returns the cut positions of a level after pos and up to
+// end, ascending; end itself is included when it is len(md) (the whole
+// rest).
+func (s *splitter) candidates(level, pos, end int) []int {
 	var out []int
 	first := s.lineAt(pos)
-	for li := first; li < len(s.lines); li++ {
+	for li := first; li < len(s.lines) && s.lines[li].start <= end; li++ {
 		ln := &s.lines[li]
-		if li > first && s.lineCut(li, level) {
+		if li > first && ln.start < len(s.md) && s.lineCut(li, level) {
 			out = append(out, ln.start)
 		}
 		if level < levelWord || (ln.role != roleText && ln.role != roleCode) {
 			continue
 		}
-		from := max(ln.start+1, pos+1)
-		for p := from; p < ln.end; p++ {
+		for p := max(ln.start+1, pos+1); p < ln.end && p <= end; p++ {
 			if level == levelWord && s.wordCut(p) || level == levelRune && s.runeCut(p) {
 				out = append(out, p)
 			}
 		}
 	}
-	return append(out, len(s.md))
+	if end == len(s.md) {
+		out = append(out, len(s.md))
+	}
+	return out
 }
 
 // lineCut reports whether the start of line li is a cut of the level (a
@@ -397,7 +425,7 @@ func (s *splitter) build(pos, p, reopen int) string {
 	if dedent > 0 {
 		body = s.dedentFence(pos, p, lead, dedent)
 	}
-	b.WriteString(strings.TrimRight(body, " \t\n"))
+	b.WriteString(strings.TrimRightFunc(body, unicode.IsSpace))
 	if f := s.fenceAt(p); f >= 0 {
 		fc := &s.fences[f]
 		b.WriteByte('\n')

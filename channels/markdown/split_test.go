@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -306,4 +308,31 @@ func content(md string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestPlainBoundsTelegramText checks the measure recommended for Telegram:
+// the visible text of TelegramHTML (tags removed, entities decoded) is
+// never longer than Plain, so pieces measured on Plain fit once rendered.
+func TestPlainBoundsTelegramText(t *testing.T) {
+	docs := []string{}
+	inputs, _ := filepath.Glob("testdata/*.md")
+	for _, in := range inputs {
+		md, err := os.ReadFile(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, string(md))
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 300 {
+		docs = append(docs, randomDoc(r))
+	}
+	tags := regexp.MustCompile(`<[^>]*>`)
+	entities := strings.NewReplacer("&lt;", "<", "&gt;", ">", "&quot;", `"`, "&amp;", "&")
+	for _, md := range docs {
+		visible := entities.Replace(tags.ReplaceAllString(TelegramHTML(md), ""))
+		if v, p := UTF16Len(visible), UTF16Len(Plain(md)); v > p {
+			t.Errorf("Telegram visible text (%d units) longer than Plain (%d) for %q\nvisible: %q\nplain:   %q", v, p, md, visible, Plain(md))
+		}
+	}
 }

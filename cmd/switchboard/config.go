@@ -29,12 +29,15 @@ import (
 type Config struct {
 	// DataDir holds the daemon's state: history.db and the embedded NATS
 	// server's JetStream store.
-	DataDir string         `yaml:"data_dir"`
-	Log     LogConfig      `yaml:"log"`
-	Bus     natsbus.Config `yaml:"bus"`
-	LLM     llm.Config     `yaml:"llm"`
-	Agent   agent.Config   `yaml:"agent"`
-	Admin   admin.Config   `yaml:"admin"`
+	DataDir string `yaml:"data_dir"`
+	// ShutdownTimeout is how long running turns may finish after SIGTERM
+	// or SIGINT before they are cancelled (and redelivered after restart).
+	ShutdownTimeout time.Duration  `yaml:"shutdown_timeout"`
+	Log             LogConfig      `yaml:"log"`
+	Bus             natsbus.Config `yaml:"bus"`
+	LLM             llm.Config     `yaml:"llm"`
+	Agent           agent.Config   `yaml:"agent"`
+	Admin           admin.Config   `yaml:"admin"`
 }
 
 // LogConfig configures the process logger (YAML section "log").
@@ -49,12 +52,13 @@ type LogConfig struct {
 // with an empty environment decodes to exactly this value.
 func defaultConfig() Config {
 	return Config{
-		DataDir: "./data",
-		Log:     LogConfig{Level: "info", Format: "text"},
-		Bus:     natsbus.DefaultConfig(),
-		LLM:     llm.DefaultConfig(),
-		Agent:   agent.DefaultConfig(),
-		Admin:   admin.DefaultConfig(),
+		DataDir:         "./data",
+		ShutdownTimeout: 30 * time.Second,
+		Log:             LogConfig{Level: "info", Format: "text"},
+		Bus:             natsbus.DefaultConfig(),
+		LLM:             llm.DefaultConfig(),
+		Agent:           agent.DefaultConfig(),
+		Admin:           admin.DefaultConfig(),
 	}
 }
 
@@ -133,6 +137,9 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data_dir: must not be empty"))
+	}
+	if c.ShutdownTimeout < time.Second || c.ShutdownTimeout > time.Hour {
+		errs = append(errs, fmt.Errorf("shutdown_timeout: must be between 1s and 1h, got %s", c.ShutdownTimeout))
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

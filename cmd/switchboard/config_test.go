@@ -55,8 +55,9 @@ func TestParseConfigTestdata(t *testing.T) {
 		}},
 		{file: "valid_full.yaml", want: func(c *Config) {
 			*c = Config{
-				DataDir: "/var/lib/sb",
-				Log:     LogConfig{Level: "debug", Format: "json"},
+				DataDir:         "/var/lib/sb",
+				ShutdownTimeout: 45 * time.Second,
+				Log:             LogConfig{Level: "debug", Format: "json"},
 			}
 			c.Bus.URL = "nats://nats.internal:4222"
 			c.Bus.Listen = "0.0.0.0:14222"

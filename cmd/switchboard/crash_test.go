@@ -8,8 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -248,4 +250,136 @@ func TestCrashMidTurnAnswersExactlyOnce(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.DataDir = filepath.Join(dir, "data")
 	assertHistoryOnce(t, cfg, "console/c1", "console:crash-1")
+}
+
+// TestGracefulShutdownLosesNothing sends SIGTERM to the real daemon while 20
+// turns run: the turns that finish within shutdown_timeout are answered
+// before it exits (with status 0), the others are cancelled and answered
+// after the restart; every message gets exactly one final reply.
+func TestGracefulShutdownLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped with -short")
+	}
+	bin := buildBinary(t)
+	even, odd := make(chan struct{}), make(chan struct{})
+	var restarted atomic.Bool
+	t.Cleanup(func() { close(odd) })
+	model := llmtest.NewServer(t, llmtest.WithResponder(func(r *llmtest.Request) llmtest.Reply {
+		text := r.LastUserText()
+		reply := llmtest.TextReply("answer to " + text)
+		if restarted.Load() {
+			return reply
+		}
+		n, _ := strconv.Atoi(strings.TrimPrefix(text, "q"))
+		reply.Block = odd
+		if n%2 == 0 {
+			reply.Block = even
+		}
+		return reply
+	}), llmtest.WithRecordLimit(100))
+
+	dir := t.TempDir()
+	busAddr := freePort(t)
+	config := writeConfig(t, dir, busAddr, "", model.URL())
+	f, err := os.OpenFile(config, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(f, "shutdown_timeout: 3s")
+	f.Close()
+	url := "nats://" + busAddr
+
+	p1 := startProcess(t, bin, config)
+	nc := connectWhenUp(t, p1, url)
+	subj := bus.Subjects{Prefix: "chat"}
+	const n = 20
+	for i := range n {
+		bustest.PublishInbound(t, nc, subj, bus.Inbound{V: 1, ID: fmt.Sprintf("g%d", i), Channel: "console",
+			ChatID: fmt.Sprintf("chat%d", i), UserID: "u", Text: fmt.Sprintf("q%d", i)})
+	}
+	model.WaitRequests(t, n, wait) // all 20 turns are running
+	nc.Close()
+	if err := p1.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	close(even) // half of the turns can finish during the drain
+	select {
+	case err := <-p1.done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("daemon did not exit")
+	}
+
+	restarted.Store(true)
+	p2 := startProcess(t, bin, config)
+	nc = connectWhenUp(t, p2, url)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	finals := map[string]int{}
+	var mu sync.Mutex
+	got := make(chan struct{}, 64)
+	cons, err := js.OrderedConsumer(t.Context(), "CHAT_OUT", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		var o bus.Outbound
+		if json.Unmarshal(m.Data(), &o) == nil && o.Final {
+			mu.Lock()
+			finals[o.InReplyTo]++
+			mu.Unlock()
+			got <- struct{}{}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Stop()
+	deadline := time.After(wait)
+	for {
+		mu.Lock()
+		done := len(finals) == n
+		mu.Unlock()
+		if done {
+			break
+		}
+		select {
+		case <-got:
+		case <-deadline:
+			mu.Lock()
+			t.Fatalf("finals after restart: %d of %d: %v", len(finals), n, finals)
+		}
+	}
+	// Each session processes in order; a second message per chat proves no
+	// duplicate final of the first is still to come.
+	for i := range n {
+		bustest.PublishInbound(t, nc, subj, bus.Inbound{V: 1, ID: fmt.Sprintf("h%d", i), Channel: "console",
+			ChatID: fmt.Sprintf("chat%d", i), UserID: "u", Text: "again"})
+	}
+	deadline = time.After(wait)
+	for {
+		mu.Lock()
+		done := len(finals) == 2*n
+		mu.Unlock()
+		if done {
+			break
+		}
+		select {
+		case <-got:
+		case <-deadline:
+			t.Fatal("second round not answered")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for id, c := range finals {
+		if c != 1 {
+			t.Errorf("%s has %d finals", id, c)
+		}
+	}
 }

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -431,4 +434,151 @@ func assertHistoryOnce(t *testing.T, cfg Config, session, key string) {
 	if _, ok, err := st.Receipt(context.Background(), key); err != nil || !ok {
 		t.Fatalf("no receipt for %s: %v", key, err)
 	}
+}
+
+func scrape(t *testing.T, d *daemon) string {
+	t.Helper()
+	resp, err := http.Get("http://" + d.s.Admin.Addr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
+	}
+	return string(body)
+}
+
+// metricValue returns the value of the sample line that starts with prefix.
+func metricValue(body, prefix string) float64 {
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, prefix+" ") {
+			v, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, prefix)), 64)
+			return v
+		}
+	}
+	return 0
+}
+
+func TestE2EMetricsMove(t *testing.T) {
+	model := llmtest.NewServer(t)
+	model.Enqueue(
+		llmtest.Reply{ToolCalls: []llmtest.ToolCall{{ID: "c1", Name: "list_dir", Arguments: `{}`}}},
+		llmtest.TextReply("done"),
+	)
+	d := startDaemon(t, testConfig(t, model.URL()))
+	before := scrape(t, d)
+	out := d.collectOut(t, "c1")
+	d.send(t, "c1", "m1", "list")
+	out.WaitOutbound(t, wait, finalFor("m1"))
+	if err := d.nc.Publish(d.subjects().In("console", "c1"), []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	d.send(t, "c1", "m2", "again") // processed after the garbage
+	model.Enqueue(llmtest.TextReply("again done"))
+	out.WaitOutbound(t, wait, finalFor("m2"))
+	after := scrape(t, d)
+	for _, m := range []string{
+		`switchboard_inbound_messages_total{channel="console",outcome="accepted"}`,
+		`switchboard_inbound_messages_total{channel="console",outcome="rejected_invalid"}`,
+		`switchboard_turns_total{stop_reason="completed"}`,
+		`switchboard_turn_duration_seconds_count{phase="final"}`,
+		`switchboard_llm_requests_total{model="test-model",status="ok"}`,
+		`switchboard_tool_calls_total{outcome="ok",tool="list_dir"}`,
+		`switchboard_outbound_messages_total{channel="console",kind="reply"}`,
+		`switchboard_store_commit_duration_seconds_count`,
+	} {
+		if b, a := metricValue(before, m), metricValue(after, m); a <= b {
+			t.Errorf("%s did not move: %v -> %v\n%s", m, b, a, grepLines(after, "tool_calls"))
+		}
+	}
+	for _, g := range []string{"switchboard_active_sessions", "switchboard_jetstream_pending_messages", "switchboard_queued_messages"} {
+		if !strings.Contains(after, g+" ") {
+			t.Errorf("gauge %s missing", g)
+		}
+	}
+	if strings.Contains(after, `"c1"`) || strings.Contains(after, "m1") {
+		t.Error("a chat or message id leaked into a label")
+	}
+}
+
+func grepLines(body, sub string) string {
+	var out []string
+	for _, l := range strings.Split(body, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestE2ESecretsNeverLogged runs turns that fail at the model and at a tool
+// with debug logging, and checks no configured secret appears in the logs
+// or in any message on the bus.
+func TestE2ESecretsNeverLogged(t *testing.T) {
+	const key = "sk-SECRET-do-not-log-7f3a"
+	model := llmtest.NewServer(t)
+	model.Enqueue(llmtest.ErrorReply(401, "invalid_api_key", "Incorrect API key provided"),
+		llmtest.Reply{ToolCalls: []llmtest.ToolCall{{ID: "c", Name: "read_file", Arguments: `{"path":"/etc/shadow"}`}}},
+		llmtest.TextReply("ok"))
+	cfg := testConfig(t, model.URL())
+	cfg.LLM.APIKey = key
+	var logs syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan started, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, cfg, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), func(s started) { ready <- s })
+	}()
+	var s started
+	select {
+	case s = <-ready:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(s.Bus.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := bustest.Collect(t, nc, ">")
+	subj := s.Bus.Subjects()
+	out := bustest.Collect(t, nc, subj.Out("console", "c1"))
+	for _, id := range []string{"m1", "m2"} {
+		bustest.PublishInbound(t, nc, subj, bus.Inbound{V: 1, ID: id, Channel: "console", ChatID: "c1", UserID: "u", Text: "hi"})
+		out.WaitOutbound(t, wait, finalFor(id))
+	}
+	nc.Close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if model.Requests()[0].Header.Get("Authorization") != "Bearer "+key {
+		t.Fatal("the key was not even used")
+	}
+	if strings.Contains(logs.String(), key) {
+		t.Fatalf("the API key appears in the log:\n%s", logs.String())
+	}
+	for _, m := range all.All() {
+		if strings.Contains(string(m.Data), key) {
+			t.Fatalf("the API key appears on the bus in %s", m.Subject)
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

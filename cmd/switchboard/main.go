@@ -24,6 +24,12 @@ const defaultConfigPath = "./config.yaml"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// After the first signal, restore the default handling: a second
+		// SIGTERM or SIGINT ends the process at once.
+		<-ctx.Done()
+		stop()
+	}()
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -50,6 +56,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runDemo(ctx, args, stdin, stdout, stderr)
 	case "bus":
 		err = runBus(ctx, args, stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, versionString())
+		return 0
+	case "healthcheck":
+		return runHealthcheck(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -82,6 +93,9 @@ Usage:
   switchboard bus tail [--config FILE] [--channel NAME]
                                                    print inbound, outbound, event and dead-letter traffic live
   switchboard demo                                 a self-contained demo with a scripted model
+  switchboard healthcheck [--config FILE | --url URL]
+                                                   exit 0 when GET /healthz answers 200 (for containers)
+  switchboard version                              print the version
 `)
 }
 

@@ -17,7 +17,9 @@ import (
 	"switchboard/agent"
 	"switchboard/agent/llm"
 	"switchboard/bus/natsbus"
+	"switchboard/memory"
 	"switchboard/memory/boltstore"
+	"switchboard/metrics"
 	"switchboard/tools"
 	"switchboard/tools/files"
 	"switchboard/workspace"
@@ -59,6 +61,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	t0 := time.Now()
 	adm := admin.New(cfg.Admin, log)
 	adm.Expect(compBus, compStore, compWorkspace, compAgent)
+	mx := metrics.New()
+	adm.Handle("/metrics", mx.Handler())
 	ctx, cancel := context.WithCancel(ctx)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return adm.Run(gctx) })
@@ -79,11 +83,12 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return fmt.Errorf("data_dir: %w", err)
 	}
-	store, err := boltstore.Open(filepath.Join(cfg.DataDir, "history.db"), boltstore.Options{})
+	bolt, err := boltstore.Open(filepath.Join(cfg.DataDir, "history.db"), boltstore.Options{})
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer bolt.Close()
+	store := measuredStore{Store: bolt, m: mx}
 	adm.SetReady(compStore, nil)
 
 	b, err := natsbus.Open(ctx, cfg.Bus, filepath.Join(cfg.DataDir, "jetstream"), log)
@@ -93,10 +98,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	defer b.Close()
 	adm.SetReady(compBus, b.Ready(ctx))
 
-	model, err := buildModel(cfg.LLM, log)
+	client, err := buildModel(cfg.LLM, log)
 	if err != nil {
 		return err
 	}
+	model := metrics.Model{Next: client, DefaultModel: cfg.LLM.Model, M: mx}
 	if !cfg.LLM.Configured() {
 		log.Warn("no language model is configured: every reply will explain how to configure one. " +
 			"Set OPENAI_API_KEY (and OPENAI_BASE_URL / OPENAI_MODEL for other OpenAI-compatible servers such as Ollama or vLLM), " +
@@ -113,11 +119,14 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		ContextWindow:   cfg.LLM.ContextWindow,
 		MaxOutputTokens: cfg.LLM.MaxTokens,
 		Temperature:     cfg.LLM.Temperature,
+		ShutdownTimeout: cfg.ShutdownTimeout,
 		ReadFile:        ws.ReadText,
-	}, agent.Deps{Source: b, Publisher: b, Store: store, Model: model, Tools: registry, Prompts: ws, Log: log})
+	}, agent.Deps{Source: b, Publisher: b, Store: store, Model: model, Tools: registry, Prompts: ws, Log: log,
+		Summarizer: agent.ModelSummarizer{Model: model}, Observer: mx})
 	if err != nil {
 		return err
 	}
+	registerGauges(mx, mgr, b)
 	g.Go(func() error { return mgr.Run(gctx) })
 	g.Go(func() error { watchBus(gctx, b, adm); return nil })
 	adm.SetReady(compAgent, nil)
@@ -132,6 +141,46 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return werr
 	}
 	return nil
+}
+
+// measuredStore times history commits; embedding keeps the store's other
+// capabilities (compaction, summaries) visible to the agent.
+type measuredStore struct {
+	*boltstore.Store
+	m *metrics.Metrics
+}
+
+// CommitTurn implements memory.Store.
+func (s measuredStore) CommitTurn(ctx context.Context, rec memory.TurnRecord) error {
+	s.m.CommitStarted()
+	defer s.m.CommitDone()
+	start := time.Now()
+	err := s.Store.CommitTurn(ctx, rec)
+	s.m.Commit(start)
+	return err
+}
+
+// registerGauges adds the gauges read at scrape time.
+func registerGauges(mx *metrics.Metrics, mgr *agent.Manager, b *natsbus.Bus) {
+	mx.Gauge("switchboard_active_sessions", "Session goroutines alive.", func() float64 { return float64(mgr.ActiveSessions()) })
+	mx.Gauge("switchboard_queued_messages", "Messages waiting in session queues.", func() float64 { return float64(mgr.Queued()) })
+	stat := func(f func(natsbus.ConsumerStats) float64) func() float64 {
+		return func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			st, err := b.ConsumerStats(ctx)
+			if err != nil {
+				return -1
+			}
+			return f(st)
+		}
+	}
+	mx.Gauge("switchboard_jetstream_pending_messages", "Inbound messages in JetStream not yet delivered to the runtime (-1: unknown).",
+		stat(func(s natsbus.ConsumerStats) float64 { return float64(s.Pending) }))
+	mx.Gauge("switchboard_jetstream_ack_pending_messages", "Inbound messages delivered but not yet acknowledged (-1: unknown).",
+		stat(func(s natsbus.ConsumerStats) float64 { return float64(s.AckPending) }))
+	mx.Gauge("switchboard_jetstream_redelivered_messages", "Inbound messages delivered more than once and not yet acknowledged (-1: unknown).",
+		stat(func(s natsbus.ConsumerStats) float64 { return float64(s.Redelivered) }))
 }
 
 // buildModel returns the model client: the primary endpoint, wrapped in a
@@ -184,7 +233,7 @@ func busDescription(b *natsbus.Bus) string {
 		if b.Embedded() {
 			return "embedded, listening on " + u
 		}
-		return u
+		return redactURLs(u)
 	}
 	return "embedded, in-process only"
 }

@@ -17,8 +17,8 @@
 // Background jobs (background: true) run up to tools.bash.job_timeout; the
 // model polls them by id (new output since the last poll) or kills them.
 // At most tools.bash.max_jobs are kept, and only the user who started a
-// job may poll or kill it. Jobs need [Shell.Run] to be running; when it
-// returns, every job has been killed and reaped.
+// job may poll or kill it. When [Shell.Run] returns, every job has been
+// killed and reaped.
 package bash
 
 import (
@@ -55,7 +55,7 @@ type Shell struct {
 	jobs    map[string]*job
 	order   []string // job ids, oldest first
 	next    int
-	serving bool // Run is running
+	stopped bool // Run has returned (or is returning)
 	wg      sync.WaitGroup
 }
 
@@ -113,15 +113,14 @@ func bwrapArgs(bwrap, dir string) []string {
 // Tool returns the bash tool.
 func (s *Shell) Tool() tools.Tool { return &bashTool{s: s} }
 
-// Run serves background jobs until ctx is cancelled, then kills every job
-// and waits for them; it returns nil. Call it once.
+// Run blocks until ctx is cancelled, then kills every background job,
+// waits for them and returns nil; no job starts afterwards. Call it once,
+// for as long as the tool is in use: jobs started without it running are
+// still bounded by tools.bash.job_timeout, but nobody waits for them.
 func (s *Shell) Run(ctx context.Context) error {
-	s.mu.Lock()
-	s.serving = true
-	s.mu.Unlock()
 	<-ctx.Done()
 	s.mu.Lock()
-	s.serving = false
+	s.stopped = true
 	for _, j := range s.jobs {
 		j.cancel()
 	}
@@ -195,12 +194,12 @@ func (t *bashTool) Run(ctx context.Context, call tools.Call) (tools.Result, erro
 	switch {
 	case a.JobID != "" && a.Command != "":
 		return tools.Result{}, fmt.Errorf("%w: give either command (to run something) or job_id (to poll or kill a job), not both", tools.ErrBadArgs)
-	case a.JobID == "" && strings.TrimSpace(a.Command) == "":
-		return tools.Result{}, fmt.Errorf("%w: command is required", tools.ErrBadArgs)
 	case a.Kill && a.JobID == "":
 		return tools.Result{}, fmt.Errorf("%w: kill needs job_id", tools.ErrBadArgs)
 	case a.Wait != 0 && a.JobID == "":
 		return tools.Result{}, fmt.Errorf("%w: wait applies to job_id polls", tools.ErrBadArgs)
+	case a.JobID == "" && strings.TrimSpace(a.Command) == "":
+		return tools.Result{}, fmt.Errorf("%w: command is required", tools.ErrBadArgs)
 	case a.Wait < 0 || a.Wait > int(maxWait/time.Second):
 		return tools.Result{}, fmt.Errorf("%w: wait must be between 0 and %d, got %d", tools.ErrBadArgs, int(maxWait/time.Second), a.Wait)
 	case a.Timeout < 0:

@@ -47,7 +47,7 @@ func (t *tail) Write(p []byte) (int, error) {
 func (t *tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.render(t.total-int64(len(t.buf)), "output")
+	return t.render(0, "output")
 }
 
 // Unread returns the output written since the previous Unread, with a note

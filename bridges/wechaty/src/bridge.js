@@ -178,7 +178,7 @@ export class Bridge {
       filter_subject: `${this.prefix}.out.${this.channel}.>`,
       deliver_policy: DeliverPolicy.New,
       ack_policy: AckPolicy.Explicit,
-      ack_wait: 30_000_000_000,
+      ack_wait: 60_000_000_000,
     })
     return this.js.consumers.get(stream, name)
   }

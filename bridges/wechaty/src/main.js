@@ -13,6 +13,9 @@
 //
 // SIGINT and SIGTERM stop it cleanly.
 
+import { realpathSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
+
 import { connect, nkeyAuthenticator } from 'nats'
 import { WechatyBuilder } from 'wechaty'
 
@@ -58,7 +61,7 @@ async function main () {
   await nc.drain()
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) {
+if (process.argv[1] && realpathSync(process.argv[1]) === fileURLToPath(import.meta.url)) {
   main().catch((err) => {
     console.error('switchboard-bridge-wechaty:', err)
     process.exit(1)

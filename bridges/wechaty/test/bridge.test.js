@@ -1,0 +1,253 @@
+// End-to-end test of the Wechaty bridge: a mock WeChat network
+// (wechaty-puppet-mock), the bridge, and a real Switchboard daemon.
+//
+// With NATS_URL set (and NATS_TOKEN, or NATS_USER and NATS_PASSWORD, when
+// the daemon declares bridges) the test uses that running daemon. Otherwise
+// it builds cmd/switchboard and cmd/fakellm from this repository, starts the
+// scripted model in echo mode and a daemon with the bridge "wechat"
+// declared, and stops both at the end. EXPECT_REPLY, when set, must appear
+// in the reply.
+
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { spawn, execFile } from 'node:child_process'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { dirname, join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
+import { randomBytes } from 'node:crypto'
+
+import { connect } from 'nats'
+import { WechatyBuilder } from 'wechaty'
+import { PuppetMock, mock } from 'wechaty-puppet-mock'
+import { FileBox } from 'file-box'
+
+import { Bridge, encodeToken, toInbound } from '../src/bridge.js'
+import { natsOptions } from '../src/main.js'
+
+const repo = resolve(dirname(fileURLToPath(import.meta.url)), '../../..')
+const WAIT = 60_000
+
+/** Resolves with the first value pred returns truthy for, or rejects. */
+function waitFor (what, subscribe, ms = WAIT) {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), ms)
+    subscribe((value) => {
+      clearTimeout(timer)
+      resolve(value)
+    })
+  })
+}
+
+/** Waits until a child process writes a line matching re (stdout or stderr). */
+function waitOutput (child, re, what) {
+  return new Promise((resolve, reject) => {
+    let buf = ''
+    const done = (err, m) => {
+      clearTimeout(timer)
+      child.stdout.off('data', onData)
+      child.stderr.off('data', onData)
+      child.off('exit', onExit)
+      if (err) reject(err)
+      else resolve(m)
+    }
+    const onData = (d) => {
+      buf += d.toString()
+      const m = buf.match(re)
+      if (m) done(null, m)
+    }
+    const onExit = (code) => done(new Error(`${what}: exited with ${code}:\n${buf}`))
+    const timer = setTimeout(() => done(new Error(`timed out waiting for ${what}:\n${buf}`)), WAIT)
+    child.stdout.on('data', onData)
+    child.stderr.on('data', onData)
+    child.once('exit', onExit)
+  })
+}
+
+function freePort () {
+  return new Promise((resolve, reject) => {
+    const s = createServer()
+    s.once('error', reject)
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address()
+      s.close(() => resolve(port))
+    })
+  })
+}
+
+async function stopChild (child) {
+  if (!child || child.exitCode !== null) return
+  const exited = new Promise((resolve) => child.once('exit', resolve))
+  child.kill('SIGTERM')
+  const timer = setTimeout(() => child.kill('SIGKILL'), 10_000)
+  await exited
+  clearTimeout(timer)
+}
+
+// The daemon the test talks to: an outside one (NATS_URL) or its own.
+const daemon = { env: {}, children: [], dir: null }
+
+before(async () => {
+  if (process.env.NATS_URL) {
+    daemon.env = process.env
+    return
+  }
+  daemon.dir = await mkdtemp(join(tmpdir(), 'switchboard-wechaty-'))
+  const bin = join(daemon.dir, 'bin')
+  await promisify(execFile)('go', ['build', '-o', bin + '/', './cmd/switchboard', './cmd/fakellm'], { cwd: repo })
+
+  const llm = spawn(join(bin, 'fakellm'), ['--mode', 'echo', '--listen', '127.0.0.1:0'])
+  daemon.children.push(llm)
+  const [, llmURL] = await waitOutput(llm, /on (http:\/\/\S+\/v1)/, 'fakellm to start')
+
+  const port = await freePort()
+  const token = randomBytes(16).toString('hex')
+  const config = join(daemon.dir, 'config.yaml')
+  await writeFile(config, `data_dir: ${join(daemon.dir, 'data')}
+bus:
+  listen: 127.0.0.1:${port}
+  bridges:
+    wechat:
+      channels: [wechat]
+      token: ${token}
+  admin:
+    token: ${randomBytes(16).toString('hex')}
+llm:
+  base_url: ${llmURL}
+  api_key: test
+  model: echo
+agent:
+  workspace: ${join(daemon.dir, 'workspace')}
+admin:
+  listen: ""
+`)
+  const sb = spawn(join(bin, 'switchboard'), ['serve', '--config', config])
+  daemon.children.push(sb)
+  await waitOutput(sb, /switchboard is running/, 'the daemon to start')
+  daemon.env = { NATS_URL: `nats://127.0.0.1:${port}`, NATS_TOKEN: token }
+})
+
+after(async () => {
+  for (const c of daemon.children.reverse()) await stopChild(c)
+  if (daemon.dir) await rm(daemon.dir, { recursive: true, force: true })
+})
+
+/** A mock WeChat network with the bot logged in, and two contacts. */
+async function mockWeChat () {
+  const mocker = new mock.Mocker()
+  const puppet = new PuppetMock({ mocker })
+  const bot = WechatyBuilder.build({ puppet, name: 'bridge-test-' + randomBytes(4).toString('hex') })
+  await bot.start()
+  const [self, mike, mary] = mocker.createContacts(3)
+  mocker.login(self)
+  const room = mocker.createRoom({ topic: 'lunch', memberIdList: [self.id, mike.id, mary.id] })
+  return { mocker, bot, self, mike, mary, room }
+}
+
+/** The next Wechaty message the bot sees that pred accepts. */
+function nextMessage (bot, pred = () => true) {
+  return waitFor('a Wechaty message', (done) => {
+    const on = (msg) => { if (pred(msg)) { bot.off('message', on); done(msg) } }
+    bot.on('message', on)
+  }, 5_000)
+}
+
+test('a mock contact says hello and gets the daemon\'s answer', async () => {
+  const { bot, self, mike } = await mockWeChat()
+  const channel = daemon.env.SWITCHBOARD_CHANNEL || 'wechat'
+  const nc = await connect({ ...natsOptions(daemon.env, daemon.env.SWITCHBOARD_BRIDGE || channel), maxReconnectAttempts: 0 })
+  const bridge = new Bridge({ bot, nc, channel, bridge: daemon.env.SWITCHBOARD_BRIDGE, prefix: daemon.env.SWITCHBOARD_PREFIX })
+  await bridge.start()
+  try {
+    const reply = waitFor('the reply to reach the mock contact', (done) => {
+      mike.on('message', (m) => { if (m.talker().id === self.id) done(m.text()) })
+    })
+    mike.say('hello').to(self)
+    const text = await reply
+    assert.ok(text.trim().length > 0, 'the reply is empty')
+    if (process.env.EXPECT_REPLY) assert.ok(text.includes(process.env.EXPECT_REPLY), `reply ${JSON.stringify(text)} lacks ${process.env.EXPECT_REPLY}`)
+    else if (!process.env.NATS_URL) assert.match(text, /echo: .*hello/)
+  } finally {
+    await bridge.stop()
+    await bot.stop()
+    await nc.close()
+  }
+})
+
+test('messages map to inbound envelopes', async () => {
+  const { bot, self, mike, room } = await mockWeChat()
+  try {
+    let got = nextMessage(bot)
+    mike.say('hi there').to(self)
+    let env = await toInbound(await got, { channel: 'wechat' })
+    assert.equal(env.chat_id, mike.id)
+    assert.equal(env.user_id, mike.id)
+    assert.equal(env.text, 'hi there')
+    assert.equal(env.is_group, undefined)
+    assert.deepEqual(env.meta, { contact_id: mike.id })
+    assert.match(env.ts, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z$/)
+
+    got = nextMessage(bot)
+    mike.say('@bot lunch?', [self]).to(room)
+    env = await toInbound(await got, { channel: 'wechat' })
+    assert.equal(env.chat_id, room.id)
+    assert.equal(env.is_group, true)
+    assert.equal(env.mentioned, true)
+    assert.deepEqual(env.meta, { room_id: room.id, talker_id: mike.id })
+
+    got = nextMessage(bot)
+    mike.say('no mention').to(room)
+    env = await toInbound(await got, { channel: 'wechat' })
+    assert.equal(env.mentioned, false)
+
+    got = nextMessage(bot)
+    mike.say(FileBox.fromBase64('iVBORw0KGgo=', 'dot.png')).to(self)
+    env = await toInbound(await got, { channel: 'wechat' })
+    assert.equal(env.text, undefined)
+    assert.deepEqual(env.attachments, [{ kind: 'image', name: 'dot.png', mime: 'image/png', size: 8, data: 'iVBORw0KGgo=' }])
+
+    // The bot's own messages are not forwarded.
+    got = nextMessage(bot, (m) => m.self())
+    await (await bot.Contact.find({ id: mike.id })).say('from the bot')
+    assert.equal(await toInbound(await got, { channel: 'wechat' }), null)
+  } finally {
+    await bot.stop()
+  }
+})
+
+test('outbound envelopes go back to the right chat', async () => {
+  const { bot, self, mike, room } = await mockWeChat()
+  const bridge = new Bridge({ bot, nc: { jetstream: () => null }, channel: 'wechat' })
+  try {
+    const inRoom = waitFor('the room answer', (done) => {
+      room.on('message', (m) => { if (m.talker().id === self.id) done(m) })
+    })
+    await bridge.deliver({ v: 1, id: 'o1', channel: 'wechat', chat_id: room.id, kind: 'reply', text: 'pizza', final: true, meta: { room_id: room.id, talker_id: mike.id } })
+    const m = await inRoom
+    assert.match(m.text(), /pizza/)
+    assert.match(m.text(), new RegExp('@' + mike.payload.name)) // the asker is mentioned
+
+    const dm = []
+    mike.on('message', (msg) => { if (msg.talker().id === self.id) dm.push(msg.text()) })
+    const shown = waitFor('the DM answer', (done) => mike.on('message', (msg) => { if (msg.text() === 'done') done() }))
+    for (const kind of ['typing', 'delta']) {
+      await bridge.deliver({ v: 1, id: 'x-' + kind, channel: 'wechat', chat_id: mike.id, kind, text: 'partial', seq: 1, meta: { contact_id: mike.id } })
+    }
+    const final = { v: 1, id: 'o2', channel: 'wechat', chat_id: mike.id, kind: 'notice', text: 'done', final: true, meta: { contact_id: mike.id } }
+    await bridge.deliver(final)
+    await bridge.deliver(final) // a redelivery is not shown twice
+    await shown
+    assert.deepEqual(dm, ['done'])
+  } finally {
+    await bot.stop()
+  }
+})
+
+test('chat ids are encoded as in the protocol', () => {
+  assert.equal(encodeToken('wxid_abc123@chatroom'), 'wxid_abc123%40chatroom')
+  assert.equal(encodeToken('a.b'), 'a%2Eb')
+  assert.equal(encodeToken('张三'), '%E5%BC%A0%E4%B8%89')
+  assert.equal(encodeToken('-100123'), '-100123')
+})

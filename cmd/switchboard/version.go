@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"runtime/debug"
+	"time"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3";
+// otherwise the module version or VCS revision from the build info is used.
+var version = ""
+
+// versionString describes this build: version, commit, Go version.
+func versionString() string {
+	v, rev, dirty := version, "", false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+	}
+	if v == "" {
+		v = "dev"
+	}
+	out := "switchboard " + v
+	if rev != "" {
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		out += " (" + rev
+		if dirty {
+			out += ", modified"
+		}
+		out += ")"
+	}
+	return out + " " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
+}
+
+// runHealthcheck implements `switchboard healthcheck`: GET /healthz on the
+// admin listener (from the config, or --url) and exit 0 on 200, 1
+// otherwise. The container image uses it, since it has no shell or curl.
+func runHealthcheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := configFlag(fs)
+	url := fs.String("url", "", "health URL (default: http://<admin.listen>/healthz from the config)")
+	if err := parseFlags(fs, args); err != nil {
+		fmt.Fprintln(stderr, "switchboard:", err)
+		return 2
+	}
+	if *url == "" {
+		cfg, err := LoadConfig(*path)
+		if err != nil {
+			fmt.Fprintln(stderr, "switchboard:", err)
+			return 2
+		}
+		if cfg.Admin.Listen == "" {
+			fmt.Fprintln(stderr, "switchboard: healthcheck: admin.listen is empty, so there is no health endpoint")
+			return 2
+		}
+		*url = "http://" + cfg.Admin.Listen + "/healthz"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, *url, nil)
+	if err != nil {
+		fmt.Fprintln(stderr, "switchboard: healthcheck:", err)
+		return 2
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintln(stderr, "switchboard: healthcheck:", err)
+		return 1
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "switchboard: healthcheck: %s answered %d\n", *url, resp.StatusCode)
+		return 1
+	}
+	fmt.Fprintln(stdout, "ok")
+	return 0
+}

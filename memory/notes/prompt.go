@@ -1,0 +1,236 @@
+package notes
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Section is one memory file as it enters the system prompt.
+type Section struct {
+	// Kind is the folder kind the file belongs to: FolderShared,
+	// FolderChat or FolderUser.
+	Kind string
+	// Path is the file, relative to the workspace.
+	Path string
+	// Content is the file's tail: at most MaxLines lines and MaxBytes
+	// bytes, invalid UTF-8 replaced.
+	Content string
+	// Truncated is true when Content is only the end of the file.
+	Truncated bool
+}
+
+// Prompt is the memory that applies to one message.
+type Prompt struct {
+	// Memory holds the non-empty MEMORY.md files that apply, in prompt
+	// order: the shared MEMORY.md; then, with scope "user", the group
+	// chat's (in a group) and the sender's own.
+	Memory []Section
+	// User is the sender's own USER.md (scope "user"), which replaces the
+	// workspace's USER.md in the prompt; "" when there is none or it is
+	// blank. UserPath is its path.
+	User     string
+	UserPath string
+}
+
+// Prompt returns the memory files that apply to s. Files that are missing
+// or blank are left out; a path that exists but is not a regular file is
+// an error naming it. Unchanged files (same size, modification time and
+// inode) are served from a cache and not read again. Safe for concurrent
+// use.
+func (n *Notes) Prompt(s Scope) (Prompt, error) {
+	if err := s.Validate(); err != nil {
+		return Prompt{}, fmt.Errorf("notes: prompt: %w", err)
+	}
+	folders := []Folder{SharedFolder()}
+	if !n.shared {
+		if s.IsGroup {
+			c, err := ChatFolder(s.Channel, s.ChatID)
+			if err != nil {
+				return Prompt{}, fmt.Errorf("notes: prompt: %w", err)
+			}
+			folders = append(folders, c)
+		}
+		u, err := UserFolder(s.Channel, s.UserID)
+		if err != nil {
+			return Prompt{}, fmt.Errorf("notes: prompt: %w", err)
+		}
+		folders = append(folders, u)
+	}
+	var p Prompt
+	for _, f := range folders {
+		t, ok, err := n.tail(f.Core(), true)
+		if err != nil {
+			return Prompt{}, fmt.Errorf("notes: prompt: %s: %w", f.Core(), err)
+		}
+		if ok {
+			p.Memory = append(p.Memory, Section{Kind: f.Kind, Path: f.Core(), Content: t.content, Truncated: t.truncated})
+		}
+	}
+	if rel, ok, err := n.UserFile(s); err != nil {
+		return Prompt{}, fmt.Errorf("notes: prompt: %w", err)
+	} else if ok {
+		t, ok, err := n.tail(rel, false)
+		if err != nil {
+			return Prompt{}, fmt.Errorf("notes: prompt: %s: %w", rel, err)
+		}
+		if ok {
+			p.User, p.UserPath = t.content, rel
+		}
+	}
+	return p, nil
+}
+
+// Reads returns how many file reads Prompt performed (cache misses).
+func (n *Notes) Reads() int64 {
+	n.cmu.Lock()
+	defer n.cmu.Unlock()
+	return n.reads
+}
+
+type stamp struct {
+	size  int64
+	mtime time.Time
+	inode uint64
+}
+
+func stampOf(fi fs.FileInfo) stamp {
+	return stamp{size: fi.Size(), mtime: fi.ModTime(), inode: inodeOf(fi)}
+}
+
+type cachedTail struct {
+	stamp     stamp
+	content   string
+	truncated bool
+}
+
+// tail returns the (cached) content of rel, cut to its tail when cut is
+// set; ok is false when the file is missing or blank.
+func (n *Notes) tail(rel string, cut bool) (cachedTail, bool, error) {
+	fi, err := n.root.Stat(rel)
+	if errors.Is(err, fs.ErrNotExist) {
+		n.cmu.Lock()
+		delete(n.cache, rel)
+		n.cmu.Unlock()
+		return cachedTail{}, false, nil
+	}
+	if err != nil {
+		return cachedTail{}, false, err
+	}
+	if !fi.Mode().IsRegular() {
+		return cachedTail{}, false, fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+	}
+	n.cmu.Lock()
+	c, hit := n.cache[rel]
+	n.cmu.Unlock()
+	if hit && c.stamp == stampOf(fi) {
+		return c, c.content != "", nil
+	}
+	c, err = n.readTail(rel, cut)
+	if err != nil {
+		return cachedTail{}, false, err
+	}
+	n.cmu.Lock()
+	if len(n.cache) >= maxCache {
+		clear(n.cache)
+	}
+	n.cache[rel] = c
+	n.reads++
+	n.cmu.Unlock()
+	return c, c.content != "", nil
+}
+
+// readTail reads rel and stamps it with the stat of the open file, so a
+// concurrent edit is at worst read again next time.
+func (n *Notes) readTail(rel string, cut bool) (cachedTail, error) {
+	f, err := n.root.Open(rel)
+	if err != nil {
+		return cachedTail{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return cachedTail{}, err
+	}
+	var c cachedTail
+	var data []byte
+	switch {
+	case fi.Size() > MaxBytes && cut:
+		// MEMORY.md: its end matters most.
+		data = make([]byte, MaxBytes)
+		k, err := f.ReadAt(data, fi.Size()-MaxBytes)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return cachedTail{}, err
+		}
+		data = dropPartialLine(data[:k])
+		c.truncated = true
+	case fi.Size() > MaxBytes:
+		// A profile is shown from its start.
+		data = make([]byte, MaxBytes)
+		k, err := f.ReadAt(data, 0)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return cachedTail{}, err
+		}
+		data = trimPartialRune(data[:k])
+		c.truncated = true
+	default:
+		data, err = io.ReadAll(f)
+		if err != nil {
+			return cachedTail{}, err
+		}
+	}
+	if cut {
+		var more bool
+		data, more = lastLines(data, MaxLines)
+		c.truncated = c.truncated || more
+	}
+	if len(bytes.TrimSpace(data)) > 0 {
+		c.content = strings.ToValidUTF8(string(data), "\uFFFD")
+	}
+	c.stamp = stampOf(fi)
+	return c, nil
+}
+
+// dropPartialLine removes the (possibly cut) first line of a tail chunk. A
+// chunk that is one long line keeps its text from the first whole rune.
+func dropPartialLine(b []byte) []byte {
+	if i := bytes.IndexByte(b, '\n'); i >= 0 && i+1 < len(b) {
+		return b[i+1:]
+	}
+	for len(b) > 0 && !utf8.RuneStart(b[0]) {
+		b = b[1:]
+	}
+	return b
+}
+
+// trimPartialRune drops a rune cut at the end of b.
+func trimPartialRune(b []byte) []byte {
+	for i := 0; i < utf8.UTFMax && len(b) > 0 && !utf8.Valid(b); i++ {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// lastLines returns the last n lines of b (a trailing newline does not
+// start a new line) and whether anything was cut.
+func lastLines(b []byte, n int) ([]byte, bool) {
+	end := len(b)
+	if end > 0 && b[end-1] == '\n' {
+		end--
+	}
+	count := 0
+	for i := end - 1; i >= 0; i-- {
+		if b[i] == '\n' {
+			count++
+			if count == n {
+				return b[i+1:], true
+			}
+		}
+	}
+	return b, false
+}

@@ -1,0 +1,216 @@
+// Package metrics exposes Switchboard's Prometheus metrics (served at GET
+// /metrics on admin.listen). Every label value is bounded: channel names
+// are capped to the first 64 seen, tools to the registered ones, and no
+// label ever carries a chat, user or message id.
+//
+// A Metrics value is safe for concurrent use. It implements the agent's
+// Observer and wraps the model client and the history store.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"switchboard/agent/llm"
+)
+
+const maxChannels = 64
+
+// Metrics holds every collector of the daemon.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	inbound      *prometheus.CounterVec
+	outbound     *prometheus.CounterVec
+	turns        *prometheus.CounterVec
+	turnDuration *prometheus.HistogramVec
+	llmRequests  *prometheus.CounterVec
+	llmTokens    *prometheus.CounterVec
+	llmDuration  *prometheus.HistogramVec
+	toolCalls    *prometheus.CounterVec
+	toolDuration *prometheus.HistogramVec
+	breakerTrips *prometheus.CounterVec
+	rollbacks    *prometheus.CounterVec
+	commit       prometheus.Histogram
+	inFlight     prometheus.Gauge
+	rateWaits    *prometheus.CounterVec
+	platform     *prometheus.CounterVec
+
+	mu       sync.Mutex
+	channels map[string]bool
+}
+
+// New returns a Metrics with the Go runtime and process collectors.
+func New() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry(), channels: map[string]bool{}}
+	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
+	f(collectors.NewGoCollector())
+	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.inbound = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_inbound_messages_total",
+		Help: "Inbound messages by channel and outcome (accepted, duplicate, rejected_invalid, rejected_too_large, rejected_rate_limited, denied)."}, []string{"channel", "outcome"})
+	m.outbound = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_outbound_messages_total",
+		Help: "Final outbound messages published by the runtime, by channel and kind."}, []string{"channel", "kind"})
+	m.turns = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_turns_total",
+		Help: "Finished turns by stop reason."}, []string{"stop_reason"})
+	m.turnDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "switchboard_turn_duration_seconds",
+		Help:    "Turn latency from start to the first streamed delta (phase=first_delta) and to the final answer (phase=final).",
+		Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}}, []string{"phase"})
+	m.llmRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_llm_requests_total",
+		Help: "Model requests by model and status (ok, error, rate_limited, overflow, timeout, cancelled, not_configured)."}, []string{"model", "status"})
+	m.llmTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_llm_tokens_total",
+		Help: "Tokens reported by the model endpoint, by model and direction (in, out)."}, []string{"model", "direction"})
+	m.llmDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "switchboard_llm_request_duration_seconds",
+		Help: "Model request latency (whole stream, retries included).", Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}, []string{"model"})
+	m.toolCalls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_tool_calls_total",
+		Help: "Tool calls by tool and outcome (ok, error, denied)."}, []string{"tool", "outcome"})
+	m.toolDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "switchboard_tool_duration_seconds",
+		Help: "Tool call duration.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"tool"})
+	m.breakerTrips = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_circuit_breaker_trips_total",
+		Help: "Tool calls blocked (kind=block) and runs ended (kind=abort) by the circuit breakers."}, []string{"kind"})
+	m.rollbacks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_rollbacks_total",
+		Help: "Model replies rolled back and resampled, by reason (markup, unknown_tool, duplicate)."}, []string{"reason"})
+	m.commit = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "switchboard_store_commit_duration_seconds",
+		Help: "History store commit latency (group commit across sessions).", Buckets: prometheus.ExponentialBuckets(0.0001, 3, 10)})
+	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "switchboard_store_commits_in_flight",
+		Help: "History store commits waiting or running; concurrent commits share one transaction."})
+	m.rateWaits = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_rate_limit_waits_total",
+		Help: "Waits imposed by platform rate limits, by channel."}, []string{"channel"})
+	m.platform = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_platform_sends_total",
+		Help: "Messages sent to chat platforms by channel adapters, by channel and status (ok, retry, failed)."}, []string{"channel", "status"})
+	for _, c := range []prometheus.Collector{m.inbound, m.outbound, m.turns, m.turnDuration, m.llmRequests, m.llmTokens,
+		m.llmDuration, m.toolCalls, m.toolDuration, m.breakerTrips, m.rollbacks, m.commit, m.inFlight, m.rateWaits, m.platform} {
+		f(c)
+	}
+	return m
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Gauge registers a gauge whose value fn computes at scrape time (fn must
+// be cheap and safe for concurrent use).
+func (m *Metrics) Gauge(name, help string, fn func() float64) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, fn))
+}
+
+// channel bounds channel label values.
+func (m *Metrics) channel(name string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.channels[name] {
+		return name
+	}
+	if len(m.channels) >= maxChannels {
+		return "_other"
+	}
+	m.channels[name] = true
+	return name
+}
+
+// Inbound counts an inbound message outcome (agent.Observer).
+func (m *Metrics) Inbound(channel, outcome string) {
+	m.inbound.WithLabelValues(m.channel(channel), outcome).Inc()
+}
+
+// Outbound counts a final outbound message (agent.Observer).
+func (m *Metrics) Outbound(channel, kind string) {
+	m.outbound.WithLabelValues(m.channel(channel), kind).Inc()
+}
+
+// TurnDone records a finished turn (agent.Observer). firstDelta is zero
+// when nothing was streamed.
+func (m *Metrics) TurnDone(stopReason string, firstDelta, total time.Duration) {
+	m.turns.WithLabelValues(stopReason).Inc()
+	if firstDelta > 0 {
+		m.turnDuration.WithLabelValues("first_delta").Observe(firstDelta.Seconds())
+	}
+	m.turnDuration.WithLabelValues("final").Observe(total.Seconds())
+}
+
+// ToolDone records a tool call (agent.Observer).
+func (m *Metrics) ToolDone(tool, outcome string, d time.Duration) {
+	m.toolCalls.WithLabelValues(tool, outcome).Inc()
+	m.toolDuration.WithLabelValues(tool).Observe(d.Seconds())
+}
+
+// Rollback counts a rollback (agent.Observer).
+func (m *Metrics) Rollback(reason string) { m.rollbacks.WithLabelValues(reason).Inc() }
+
+// BreakerTrip counts a circuit-breaker trip (agent.Observer).
+func (m *Metrics) BreakerTrip(kind string) { m.breakerTrips.WithLabelValues(kind).Inc() }
+
+// RateLimitWait counts a wait imposed by a platform's rate limit.
+func (m *Metrics) RateLimitWait(channel string) {
+	m.rateWaits.WithLabelValues(m.channel(channel)).Inc()
+}
+
+// PlatformSend counts a send to a chat platform by a channel adapter.
+func (m *Metrics) PlatformSend(channel, status string) {
+	m.platform.WithLabelValues(m.channel(channel), status).Inc()
+}
+
+// Commit records one history store commit.
+func (m *Metrics) Commit(start time.Time) { m.commit.Observe(time.Since(start).Seconds()) }
+
+// CommitStarted and CommitDone track commits in flight.
+func (m *Metrics) CommitStarted() { m.inFlight.Inc() }
+
+// CommitDone marks the end of a commit.
+func (m *Metrics) CommitDone() { m.inFlight.Dec() }
+
+// Streamer is the model client contract (agent.Model).
+type Streamer interface {
+	Stream(ctx context.Context, req llm.Request, onDelta func(llm.Delta)) (*llm.Response, error)
+}
+
+// Model wraps a model client so every request is counted and timed.
+type Model struct {
+	Next         Streamer
+	DefaultModel string
+	M            *Metrics
+}
+
+// Stream implements agent.Model.
+func (w Model) Stream(ctx context.Context, req llm.Request, onDelta func(llm.Delta)) (*llm.Response, error) {
+	model := req.Model
+	if model == "" {
+		model = w.DefaultModel
+	}
+	start := time.Now()
+	resp, err := w.Next.Stream(ctx, req, onDelta)
+	w.M.llmDuration.WithLabelValues(model).Observe(time.Since(start).Seconds())
+	w.M.llmRequests.WithLabelValues(model, llmStatus(ctx, err)).Inc()
+	if resp != nil {
+		w.M.llmTokens.WithLabelValues(model, "in").Add(float64(resp.Usage.PromptTokens))
+		w.M.llmTokens.WithLabelValues(model, "out").Add(float64(resp.Usage.CompletionTokens))
+	}
+	return resp, err
+}
+
+func llmStatus(ctx context.Context, err error) string {
+	var ae *llm.APIError
+	switch {
+	case err == nil:
+		return "ok"
+	case ctx.Err() != nil:
+		return "cancelled"
+	case errors.Is(err, llm.ErrNotConfigured):
+		return "not_configured"
+	case errors.Is(err, llm.ErrContextOverflow):
+		return "overflow"
+	case errors.Is(err, llm.ErrIdle), errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests:
+		return "rate_limited"
+	}
+	return "error"
+}

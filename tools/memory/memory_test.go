@@ -1,0 +1,251 @@
+package memory_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"switchboard/memory/memcfg"
+	"switchboard/memory/notes"
+	"switchboard/memory/search"
+	"switchboard/tools"
+	memtools "switchboard/tools/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type env struct {
+	dir string
+	reg *tools.Registry
+	idx *search.Index
+}
+
+var now = time.Date(2025, 3, 10, 9, 30, 0, 0, time.UTC)
+
+func newEnv(t *testing.T, scope string) *env {
+	t.Helper()
+	dir := t.TempDir()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = root.Close() })
+	idx, err := search.Open(search.Options{Root: root, Path: filepath.Join(t.TempDir(), "idx.db"), Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = idx.Close() })
+	n, err := notes.New(root, notes.Options{Scope: scope, OnWrite: func(string) { idx.Touch() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := memtools.New(n, idx, memtools.Options{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := tools.NewRegistry(ts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{dir: dir, reg: reg, idx: idx}
+}
+
+var (
+	alice        = tools.Session{Key: "telegram/100", Channel: "telegram", ChatID: "100", UserID: "100"}
+	bob          = tools.Session{Key: "telegram/200", Channel: "telegram", ChatID: "200", UserID: "200"}
+	aliceInGroup = tools.Session{Key: "telegram/-500", Channel: "telegram", ChatID: "-500", UserID: "100", IsGroup: true}
+	bobInGroup   = tools.Session{Key: "telegram/-500", Channel: "telegram", ChatID: "-500", UserID: "200", IsGroup: true}
+)
+
+func (e *env) call(t *testing.T, s tools.Session, name string, args any) tools.Result {
+	t.Helper()
+	raw, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.reg.Run(t.Context(), name, tools.Call{ID: "c1", Args: raw, Session: s})
+}
+
+func (e *env) ok(t *testing.T, s tools.Session, name string, args any) string {
+	t.Helper()
+	r := e.call(t, s, name, args)
+	if r.IsError {
+		t.Fatalf("%s(%v) as %s = %s", name, args, s.UserID, r.Text)
+	}
+	return r.Text
+}
+
+func TestNewValidates(t *testing.T) {
+	if _, err := memtools.New(nil, nil, memtools.Options{}); err == nil {
+		t.Error("New(nil, nil) succeeded")
+	}
+	e := newEnv(t, memcfg.ScopeUser)
+	var names []string
+	for _, tl := range e.reg.List() {
+		names = append(names, tl.Name())
+		if err := tools.ValidateTool(tl); err != nil {
+			t.Error(err)
+		}
+	}
+	if strings.Join(names, ",") != "memory_write,memory_search,memory_get" {
+		t.Errorf("tools = %v", names)
+	}
+}
+
+func TestWriteThenSearchAndGet(t *testing.T) {
+	e := newEnv(t, memcfg.ScopeUser)
+	out := e.ok(t, alice, "memory_write", map[string]string{"text": "Alice is allergic to peanuts", "kind": "core"})
+	if !strings.Contains(out, "memory/users/telegram/100/MEMORY.md") {
+		t.Errorf("write result = %q", out)
+	}
+	e.ok(t, alice, "memory_write", map[string]string{"text": "booked a table at Nobu for Friday", "kind": "daily"})
+	got, err := os.ReadFile(filepath.Join(e.dir, "memory/users/telegram/100/2025-03-10.md"))
+	if err != nil || !strings.Contains(string(got), "- 09:30 booked a table at Nobu") {
+		t.Errorf("daily file = %q, %v", got, err)
+	}
+	// Written notes are searchable at once, without waiting for a rescan.
+	out = e.ok(t, alice, "memory_search", map[string]any{"query": "peanut allergy"})
+	if !strings.Contains(out, "memory/users/telegram/100/MEMORY.md lines") || !strings.Contains(out, "allergic to peanuts") {
+		t.Errorf("search = %q", out)
+	}
+	out = e.ok(t, alice, "memory_search", map[string]any{"query": "Nobu"})
+	if !strings.Contains(out, "notes of 2025-03-10 Monday") {
+		t.Errorf("dated search result = %q", out)
+	}
+	out = e.ok(t, alice, "memory_get", map[string]any{"path": "memory/users/telegram/100/MEMORY.md"})
+	if out != "memory/users/telegram/100/MEMORY.md, lines 1-3:\n# Memory\n\n- Alice is allergic to peanuts\n" {
+		t.Errorf("get = %q", out)
+	}
+	out = e.ok(t, alice, "memory_get", map[string]any{"path": "memory/users/telegram/100/MEMORY.md", "start_line": 3, "num_lines": 1})
+	if out != "memory/users/telegram/100/MEMORY.md, lines 3-3:\n- Alice is allergic to peanuts\n" {
+		t.Errorf("get line 3 = %q", out)
+	}
+	out = e.ok(t, alice, "memory_get", map[string]any{"path": "memory/users/telegram/100/MEMORY.md", "num_lines": 1})
+	if !strings.Contains(out, "more follows: call memory_get with start_line 2") {
+		t.Errorf("get with more = %q", out)
+	}
+	if out := e.ok(t, alice, "memory_search", map[string]any{"query": "zebra"}); !strings.Contains(out, "No memory matches") {
+		t.Errorf("no match = %q", out)
+	}
+}
+
+func TestGroupPrivacy(t *testing.T) {
+	e := newEnv(t, memcfg.ScopeUser)
+	// Alice tells the bot a private fact in her private chat.
+	e.ok(t, alice, "memory_write", map[string]string{"text": "Alice is interviewing at Globex secretly", "kind": "core"})
+	e.ok(t, alice, "memory_write", map[string]string{"text": "Alice's Globex interview is on Tuesday", "kind": "daily"})
+	// Bob's own private memory.
+	e.ok(t, bob, "memory_write", map[string]string{"text": "Bob's Globex shares were sold", "kind": "core"})
+	// In the group, something everyone heard.
+	out := e.ok(t, aliceInGroup, "memory_write", map[string]string{"text": "team lunch with Globex partners on Thursday", "kind": "daily"})
+	if !strings.Contains(out, "memory/chats/telegram/-500/") {
+		t.Errorf("group write went to %q", out)
+	}
+	if _, err := e.idx.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	bobSees := e.ok(t, bobInGroup, "memory_search", map[string]any{"query": "Globex", "max_results": 50})
+	if strings.Contains(bobSees, "interview") || strings.Contains(bobSees, "users/telegram/100") {
+		t.Errorf("Bob's search in the group shows Alice's private memory:\n%s", bobSees)
+	}
+	if !strings.Contains(bobSees, "team lunch") || !strings.Contains(bobSees, "shares were sold") {
+		t.Errorf("Bob's search lacks the group's notes or his own:\n%s", bobSees)
+	}
+	aliceSees := e.ok(t, aliceInGroup, "memory_search", map[string]any{"query": "Globex"})
+	if !strings.Contains(aliceSees, "interview") || !strings.Contains(aliceSees, "team lunch") || strings.Contains(aliceSees, "shares") {
+		t.Errorf("Alice's search in the group:\n%s", aliceSees)
+	}
+	// Bob privately does not see the group's notes either.
+	if out := e.ok(t, bob, "memory_search", map[string]any{"query": "Globex lunch"}); strings.Contains(out, "team lunch") {
+		t.Errorf("Bob's private search shows group notes:\n%s", out)
+	}
+
+	for _, p := range []string{
+		"memory/users/telegram/100/MEMORY.md",
+		"memory/users/telegram/100/2025-03-10.md",
+		"./memory/users/telegram/200/../100/MEMORY.md",
+		"memory/users/telegram/200/../../../../MEMORY.md/../memory/users/telegram/100/MEMORY.md",
+		"AGENT.md",
+		"../outside.md",
+		"/etc/passwd",
+	} {
+		r := e.call(t, bobInGroup, "memory_get", map[string]any{"path": p})
+		if !r.IsError || !r.Denied || strings.Contains(r.Text, "Globex") {
+			t.Errorf("Bob's memory_get(%q) = %+v, want a denial", p, r)
+		}
+	}
+	if out := e.ok(t, bobInGroup, "memory_get", map[string]any{"path": "memory/chats/telegram/-500/2025-03-10.md"}); !strings.Contains(out, "team lunch") {
+		t.Errorf("group notes not readable by a member: %q", out)
+	}
+}
+
+func TestSharedScope(t *testing.T) {
+	e := newEnv(t, memcfg.ScopeShared)
+	if out := e.ok(t, aliceInGroup, "memory_write", map[string]string{"text": "the wifi password rotates monthly", "kind": "core"}); !strings.HasSuffix(out, ": MEMORY.md") {
+		t.Errorf("shared write = %q", out)
+	}
+	if out := e.ok(t, bob, "memory_search", map[string]any{"query": "wifi"}); !strings.Contains(out, "MEMORY.md lines") {
+		t.Errorf("shared memory not found by another user: %q", out)
+	}
+}
+
+func TestBadCalls(t *testing.T) {
+	e := newEnv(t, memcfg.ScopeUser)
+	e.ok(t, alice, "memory_write", map[string]string{"text": "x", "kind": "core"})
+	for _, tt := range []struct {
+		s    tools.Session
+		name string
+		args any
+		want string
+	}{
+		{alice, "memory_write", map[string]string{"text": "x"}, "kind is required"},
+		{alice, "memory_write", map[string]string{"text": "x", "kind": "forever"}, "kind must be"},
+		{alice, "memory_write", map[string]string{"text": " ", "kind": "core"}, "text is empty"},
+		{alice, "memory_write", map[string]any{"text": "x", "kind": "core", "extra": 1}, "unknown field"},
+		{tools.Session{Key: "cron/x"}, "memory_write", map[string]string{"text": "x", "kind": "core"}, "no user"},
+		{alice, "memory_search", map[string]any{"query": ""}, "query is required"},
+		{alice, "memory_search", map[string]any{"query": "x", "max_results": 51}, "max_results"},
+		{alice, "memory_get", map[string]any{"path": ""}, "path is required"},
+		{alice, "memory_get", map[string]any{"path": "memory/users/telegram/100/MEMORY.md", "start_line": -1}, "start_line"},
+		{alice, "memory_get", map[string]any{"path": "memory/users/telegram/100/MEMORY.md", "num_lines": 5000}, "num_lines"},
+		{alice, "memory_get", map[string]any{"path": "memory/users/telegram/100/MEMORY.md", "start_line": 99}, "past the end"},
+		{alice, "memory_get", map[string]any{"path": "memory/users/telegram/100/nope.md"}, "does not exist"},
+	} {
+		r := e.call(t, tt.s, tt.name, tt.args)
+		if !r.IsError || !strings.Contains(r.Text, tt.want) {
+			t.Errorf("%s(%v) = %q, want an error mentioning %q", tt.name, tt.args, r.Text, tt.want)
+		}
+	}
+	// The tools report ErrBadArgs and ErrDenied through their errors.
+	ts, _ := memtools.New(mustNotes(t), e.idx, memtools.Options{})
+	_, err := ts[2].Run(context.Background(), tools.Call{Args: json.RawMessage(`{"path":"memory/users/telegram/200/MEMORY.md"}`), Session: alice})
+	if !errors.Is(err, tools.ErrDenied) {
+		t.Errorf("memory_get of another user's file = %v, want ErrDenied", err)
+	}
+	_, err = ts[0].Run(context.Background(), tools.Call{Args: json.RawMessage(`{"text":"x","kind":"z"}`), Session: alice})
+	if !errors.Is(err, tools.ErrBadArgs) {
+		t.Errorf("bad kind = %v, want ErrBadArgs", err)
+	}
+}
+
+func mustNotes(t *testing.T) *notes.Notes {
+	t.Helper()
+	root, err := os.OpenRoot(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = root.Close() })
+	n, err := notes.New(root, notes.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

@@ -1,0 +1,180 @@
+package message
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"switchboard/tools"
+)
+
+// bucketChats holds one record per chat (and thread) the agent served.
+var bucketChats = []byte("chats")
+
+// maxUsersPerChat bounds the users remembered per chat; a chat with more
+// than one is nobody's own anyway.
+const maxUsersPerChat = 4
+
+// Chat identifies a chat, or a thread of one.
+type Chat struct {
+	Channel  string `json:"channel"`
+	ChatID   string `json:"chat_id"`
+	ThreadID string `json:"thread_id,omitempty"`
+}
+
+func (c Chat) key() string { return c.Channel + "\x00" + c.ChatID + "\x00" + c.ThreadID }
+
+// String is how a chat is shown to the model: "<channel>:<chat_id>" plus
+// " thread <thread_id>".
+func (c Chat) String() string {
+	s := c.Channel + ":" + c.ChatID
+	if c.ThreadID != "" {
+		s += " thread " + c.ThreadID
+	}
+	return s
+}
+
+// chatRecord is what is stored per chat.
+type chatRecord struct {
+	Chat
+	Users []string  `json:"users"` // user ids seen, first ones first
+	Group bool      `json:"group,omitempty"`
+	First time.Time `json:"first"`
+}
+
+// Chats remembers which users the agent served in which chats, so that
+// send_message can tell a user's own chats: a chat is owned by a user when
+// it is not a group chat and that user is the only one ever seen in it.
+// Records are written only when something new is learnt (a new chat, a
+// new user in a chat, a chat found to be a group), so recording every turn
+// costs a map lookup. It is safe for concurrent use.
+type Chats struct {
+	db *bolt.DB
+
+	mu    sync.Mutex
+	cache map[string]chatRecord
+}
+
+// NewChats loads the chat records of db (creating the bucket). db stays
+// the caller's to close.
+func NewChats(db *bolt.DB) (*Chats, error) {
+	c := &Chats{db: db, cache: make(map[string]chatRecord)}
+	err := db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(bucketChats)
+		if err != nil {
+			return err
+		}
+		return b.ForEach(func(k, v []byte) error {
+			var r chatRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return nil // an unreadable record is forgotten, not fatal
+			}
+			c.cache[string(k)] = r
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("message: load chats: %w", err)
+	}
+	return c, nil
+}
+
+// Record notes that s's user was served in s's chat.
+func (c *Chats) Record(s tools.Session) error {
+	if s.Channel == "" || s.ChatID == "" || s.UserID == "" {
+		return nil
+	}
+	chat := Chat{Channel: s.Channel, ChatID: s.ChatID, ThreadID: s.Thread()}
+	k := chat.key()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, known := c.cache[k]
+	changed := !known
+	if !known {
+		r = chatRecord{Chat: chat, First: time.Now().UTC()}
+	}
+	if !slices.Contains(r.Users, s.UserID) && len(r.Users) < maxUsersPerChat {
+		r.Users = append(r.Users, s.UserID)
+		changed = true
+	}
+	if s.IsGroup && !r.Group {
+		r.Group = true
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if err := c.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketChats).Put([]byte(k), data)
+	}); err != nil {
+		return fmt.Errorf("message: record chat %s: %w", chat, err)
+	}
+	c.cache[k] = r
+	return nil
+}
+
+// Owned returns the chats owned by user on channel, sorted.
+func (c *Chats) Owned(channel, user string) []Chat {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []Chat
+	for _, r := range c.cache {
+		if owns(r, channel, user) {
+			out = append(out, r.Chat)
+		}
+	}
+	slices.SortFunc(out, func(a, b Chat) int { return strings.Compare(a.key(), b.key()) })
+	return out
+}
+
+// Owns reports whether chat is owned by user on chat's channel.
+func (c *Chats) Owns(chat Chat, user string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.cache[chat.key()]
+	return ok && owns(r, chat.Channel, user)
+}
+
+func owns(r chatRecord, channel, user string) bool {
+	return r.Channel == channel && !r.Group && len(r.Users) == 1 && r.Users[0] == user
+}
+
+// Recorder returns the post-turn tool that records every turn's session
+// (stage [tools.StagePostTurn]: never offered to the model).
+func (c *Chats) Recorder() tools.Tool { return recorder{c} }
+
+type recorder struct{ c *Chats }
+
+func (recorder) Name() string { return "record_chat" }
+func (recorder) Description() string {
+	return "Remembers which user was served in which chat (for send_message)."
+}
+func (recorder) Schema() json.RawMessage {
+	return json.RawMessage(`{"type":"object","properties":{"reply":{"type":"string"}}}`)
+}
+func (recorder) Permission() string { return tools.PermRead }
+func (recorder) ParallelSafe() bool { return true }
+func (recorder) Stage() string      { return tools.StagePostTurn }
+
+func (r recorder) Run(ctx context.Context, call tools.Call) (tools.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return tools.Result{}, err
+	}
+	if err := r.c.Record(call.Session); err != nil {
+		return tools.Result{}, err
+	}
+	return tools.Result{Text: "recorded"}, nil
+}
+
+var errNotOwned = errors.New("not one of your chats")

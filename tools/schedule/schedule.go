@@ -1,0 +1,436 @@
+// Package schedule provides the schedule tool and the scheduler that runs
+// its tasks: reminders and recurring agent tasks ("at" a time, "every" an
+// interval, or a cron expression), created from a chat and run in that
+// chat.
+//
+// A task runs by publishing an inbound envelope for the chat that created
+// it — same channel, chat, thread and user, text "[Scheduled task]
+// <prompt>", meta scheduled_task=<id> — so the agent runtime handles it as
+// a message from that user, in that chat's session, one turn at a time.
+// Each run has the envelope id "sched:<task id>:<due unix time>" and thus
+// the Nats-Msg-Id "<channel>:sched:<task id>:<due unix time>".
+//
+// Exactly once per due time, across restarts: the run is published first
+// and recorded (last due time, next due time) in bbolt after the bus
+// acknowledged it. A crash in between publishes the same due time again
+// after the restart, with the same id, and JetStream's de-duplication plus
+// the runtime's durable receipts (keyed on the same id) drop the copy. A
+// recorded due time is never published again. Runs are published by one
+// goroutine, and a task's turns run in its chat's session, so a task never
+// runs twice at once. Due times missed while the daemon was down are run
+// once when it starts (late), not once per missed time.
+//
+// Tasks are stored in their own bucket of the tools database; each user
+// (channel + user id) may have at most tools.schedule.max_per_user.
+package schedule
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	// Cron expressions and "at" times name IANA zones; embed the database
+	// so that images without /usr/share/zoneinfo work.
+	_ "time/tzdata"
+
+	bolt "go.etcd.io/bbolt"
+
+	"switchboard/bus"
+	"switchboard/tools"
+)
+
+var bucketTasks = []byte("schedule_tasks")
+
+// Timing of the scheduler loop.
+const (
+	// maxSleep bounds one wait, so that a change of the wall clock is
+	// noticed.
+	maxSleep = time.Minute
+	// retryFirst and retryMax bound the wait after a failed publish.
+	retryFirst = 5 * time.Second
+	retryMax   = 5 * time.Minute
+	// lateAfter: a run published this long after its due time says so.
+	lateAfter = 2 * time.Minute
+	// MaxPromptBytes bounds a task's prompt.
+	MaxPromptBytes = 4000
+)
+
+// Task is one scheduled task as stored.
+type Task struct {
+	ID       string `json:"id"`
+	Channel  string `json:"channel"`
+	ChatID   string `json:"chat_id"`
+	ThreadID string `json:"thread_id,omitempty"`
+	UserID   string `json:"user_id"`
+	IsGroup  bool   `json:"is_group,omitempty"`
+	Prompt   string `json:"prompt"`
+
+	Kind  string        `json:"kind"`
+	At    time.Time     `json:"at,omitzero"`
+	Every time.Duration `json:"every,omitempty"`
+	Cron  string        `json:"cron,omitempty"`
+	TZ    string        `json:"tz,omitempty"`
+
+	Created time.Time `json:"created"`
+	// Next is the next due time; LastDue the due time of the last run
+	// published and recorded.
+	Next    time.Time `json:"next"`
+	LastDue time.Time `json:"last_due,omitzero"`
+	Runs    int       `json:"runs"`
+}
+
+// spec parses the task's schedule; def is the default zone.
+func (t *Task) spec(def *time.Location) (*spec, error) {
+	loc := def
+	if t.TZ != "" {
+		l, err := time.LoadLocation(t.TZ)
+		if err != nil {
+			return nil, fmt.Errorf("time zone %q: %w", t.TZ, err)
+		}
+		loc = l
+	}
+	s := &spec{kind: t.Kind, at: t.At, every: t.Every, expr: t.Cron, loc: loc}
+	switch t.Kind {
+	case KindAt:
+	case KindEvery:
+		if t.Every <= 0 {
+			return nil, fmt.Errorf("interval %s is not positive", t.Every)
+		}
+	case KindCron:
+		c, err := parseCron(t.Cron, loc)
+		if err != nil {
+			return nil, err
+		}
+		s.cron = c
+	default:
+		return nil, fmt.Errorf("unknown kind %q", t.Kind)
+	}
+	return s, nil
+}
+
+// Scheduler stores tasks and publishes their runs. It is safe for
+// concurrent use; Run is its lifecycle.
+type Scheduler struct {
+	db   *bolt.DB
+	pub  tools.Publisher
+	subj bus.Subjects
+	cfg  tools.ScheduleConfig
+	loc  *time.Location
+	log  *slog.Logger
+	now  func() time.Time
+	wake chan struct{}
+
+	// afterPublish (tests) runs between a run's publish and its record;
+	// an error skips the record, as a crash would.
+	afterPublish func(*Task) error
+
+	mu    sync.Mutex           // guards the fields below
+	tasks map[string]*Task     // by id
+	retry map[string]time.Time // task id → earliest retry after a failed publish
+	fails map[string]int
+}
+
+// New loads the tasks stored in db (creating the bucket) and returns the
+// scheduler; runs are published through pub on subj's inbound subjects.
+// db stays the caller's to close, after Run returned. A nil log discards.
+func New(db *bolt.DB, pub tools.Publisher, subj bus.Subjects, cfg tools.ScheduleConfig, log *slog.Logger) (*Scheduler, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	def := tools.DefaultConfig().Schedule
+	if cfg.MaxPerUser <= 0 {
+		cfg.MaxPerUser = def.MaxPerUser
+	}
+	if cfg.MinInterval <= 0 {
+		cfg.MinInterval = def.MinInterval
+	}
+	loc := time.Local
+	if cfg.Timezone != "" {
+		l, err := time.LoadLocation(cfg.Timezone)
+		if err != nil {
+			return nil, fmt.Errorf("schedule: time zone %q: %w", cfg.Timezone, err)
+		}
+		loc = l
+	}
+	s := &Scheduler{db: db, pub: pub, subj: subj, cfg: cfg, loc: loc, log: log, now: time.Now,
+		wake: make(chan struct{}, 1), tasks: make(map[string]*Task), retry: make(map[string]time.Time), fails: make(map[string]int)}
+	err := db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(bucketTasks)
+		if err != nil {
+			return err
+		}
+		return b.ForEach(func(k, v []byte) error {
+			t := new(Task)
+			if err := json.Unmarshal(v, t); err != nil {
+				log.Warn("schedule: unreadable task skipped", "key", string(k), "err", err)
+				return nil
+			}
+			if _, err := t.spec(loc); err != nil {
+				log.Warn("schedule: task with an invalid schedule skipped", "task", t.ID, "err", err)
+				return nil
+			}
+			s.tasks[t.ID] = t
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("schedule: load tasks: %w", err)
+	}
+	return s, nil
+}
+
+// Run publishes due runs until ctx is cancelled, then returns nil.
+func (s *Scheduler) Run(ctx context.Context) error {
+	for {
+		next := s.fireDue(ctx)
+		wait := maxSleep
+		if !next.IsZero() {
+			wait = min(max(next.Sub(s.now()), 0), maxSleep)
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-s.wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// poke wakes Run to look at the tasks again.
+func (s *Scheduler) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// fireDue publishes every due run and returns the earliest time something
+// is due next (zero for nothing).
+func (s *Scheduler) fireDue(ctx context.Context) time.Time {
+	now := s.now()
+	var due []Task
+	s.mu.Lock()
+	for _, t := range s.tasks {
+		if !t.Next.IsZero() && !t.Next.After(now) && !s.retry[t.ID].After(now) {
+			due = append(due, *t)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(due, func(a, b Task) int { return a.Next.Compare(b.Next) })
+	for i := range due {
+		if ctx.Err() != nil {
+			break
+		}
+		s.fire(ctx, &due[i], now)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var next time.Time
+	for _, t := range s.tasks {
+		at := t.Next
+		if r := s.retry[t.ID]; r.After(at) {
+			at = r
+		}
+		if !at.IsZero() && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
+	}
+	return next
+}
+
+// fire publishes the run of t due at t.Next, then records it.
+func (s *Scheduler) fire(ctx context.Context, t *Task, now time.Time) {
+	due := t.Next
+	in := s.envelope(t, due, now)
+	data, err := json.Marshal(in)
+	if err == nil {
+		err = s.pub.Publish(ctx, s.subj.In(t.Channel, t.ChatID), data, in.DedupKey())
+	}
+	if err == nil && s.afterPublish != nil {
+		if err = s.afterPublish(t); err != nil {
+			return // as if the process died here: nothing recorded
+		}
+	}
+	if err != nil {
+		s.mu.Lock()
+		s.fails[t.ID]++
+		wait := min(retryFirst<<min(s.fails[t.ID]-1, 10), retryMax)
+		s.retry[t.ID] = now.Add(wait)
+		s.mu.Unlock()
+		if ctx.Err() == nil {
+			s.log.Warn("schedule: run not published; will retry", "task", t.ID, "due", due, "retry_in", wait, "err", err)
+		}
+		return
+	}
+	s.log.Info("scheduled task run", "task", t.ID, "due", due, "channel", t.Channel, "msg_id", in.DedupKey())
+	if err := s.record(t.ID, due); err != nil {
+		// The run was published; the next attempt republishes the same
+		// id, which the bus and the runtime drop.
+		s.log.Error("schedule: run published but not recorded", "task", t.ID, "due", due, "err", err)
+		s.mu.Lock()
+		s.retry[t.ID] = now.Add(retryFirst)
+		s.mu.Unlock()
+	}
+}
+
+// envelope is the inbound message of a run.
+func (s *Scheduler) envelope(t *Task, due, now time.Time) bus.Inbound {
+	text := "[Scheduled task] " + t.Prompt
+	if now.Sub(due) > lateAfter {
+		loc := s.loc
+		if sp, err := t.spec(s.loc); err == nil {
+			loc = sp.loc
+		}
+		text = fmt.Sprintf("[Scheduled task, due %s, running late] %s", due.In(loc).Format("2006-01-02 15:04 MST"), t.Prompt)
+	}
+	return bus.Inbound{
+		V: bus.Version, ID: fmt.Sprintf("sched:%s:%d", t.ID, due.Unix()),
+		Channel: t.Channel, ChatID: t.ChatID, ThreadID: t.ThreadID, UserID: t.UserID,
+		Text: text, IsGroup: t.IsGroup, Mentioned: true, TS: due.UTC().Format(time.RFC3339),
+		Meta: map[string]string{"scheduled_task": t.ID},
+	}
+}
+
+// record notes that the run due at due was published: the task's next due
+// time moves past now (missed times are skipped), or a one-off task is
+// removed.
+func (s *Scheduler) record(id string, due time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, ok := s.tasks[id]
+	if !ok || !cur.Next.Equal(due) {
+		return nil // deleted or changed meanwhile
+	}
+	t := *cur
+	t.LastDue, t.Runs = due, t.Runs+1
+	t.Next = time.Time{}
+	if sp, err := t.spec(s.loc); err == nil {
+		t.Next = following(sp, due, s.now())
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketTasks)
+		if t.Next.IsZero() {
+			return b.Delete([]byte(id))
+		}
+		data, err := json.Marshal(&t)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(id), data)
+	})
+	if err != nil {
+		return err
+	}
+	delete(s.retry, id)
+	delete(s.fails, id)
+	if t.Next.IsZero() {
+		delete(s.tasks, id)
+	} else {
+		s.tasks[id] = &t
+	}
+	return nil
+}
+
+// following is the first due time after due that is also after now.
+func following(sp *spec, due, now time.Time) time.Time {
+	switch sp.kind {
+	case KindAt:
+		return time.Time{}
+	case KindEvery:
+		n := due.Add(sp.every)
+		if !n.After(now) {
+			n = due.Add(sp.every * (now.Sub(due)/sp.every + 1))
+		}
+		return n
+	}
+	if now.Before(due) {
+		now = due
+	}
+	return sp.next(now)
+}
+
+// add stores a new task.
+func (s *Scheduler) add(t *Task) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, o := range s.tasks {
+		if o.Channel == t.Channel && o.UserID == t.UserID {
+			n++
+		}
+	}
+	if n >= s.cfg.MaxPerUser {
+		return fmt.Errorf("%w: you already have %d scheduled tasks, the most allowed (tools.schedule.max_per_user); delete one first", tools.ErrDenied, n)
+	}
+	data, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketTasks).Put([]byte(t.ID), data)
+	}); err != nil {
+		return fmt.Errorf("schedule: store task: %w", err)
+	}
+	s.tasks[t.ID] = t
+	s.poke()
+	return nil
+}
+
+// remove deletes a task of owner; it reports false when there is none.
+func (s *Scheduler) remove(id string, owner tools.Session) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.tasks[id]
+	if !ok {
+		return false, nil
+	}
+	if t.Channel != owner.Channel || t.UserID != owner.UserID {
+		return false, fmt.Errorf("%w: task %s belongs to another user", tools.ErrDenied, id)
+	}
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketTasks).Delete([]byte(id))
+	}); err != nil {
+		return false, fmt.Errorf("schedule: delete task: %w", err)
+	}
+	delete(s.tasks, id)
+	delete(s.retry, id)
+	delete(s.fails, id)
+	s.poke()
+	return true, nil
+}
+
+// Tasks returns the tasks of the session's user (channel and user id),
+// by next due time.
+func (s *Scheduler) Tasks(owner tools.Session) []Task {
+	s.mu.Lock()
+	var out []Task
+	for _, t := range s.tasks {
+		if t.Channel == owner.Channel && t.UserID == owner.UserID {
+			out = append(out, *t)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b Task) int {
+		if c := a.Next.Compare(b.Next); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out
+}
+
+func newTaskID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "t" + hex.EncodeToString(b[:])
+}
