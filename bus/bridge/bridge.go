@@ -125,10 +125,13 @@ type Options struct {
 	// SubjectPrefix is the first subject token(s), as the daemon's
 	// bus.subject_prefix (default "chat").
 	SubjectPrefix string
+	// Bridge is the bridge's name in the daemon's bus.bridges.<name>
+	// (default: Channel). Under isolation its permissions allow the durable
+	// consumer "bridge_<name>" and the reply inbox "_INBOX_<name>", which
+	// Dial uses.
+	Bridge string
 	// Durable names the durable consumer on the outbound stream (default
-	// "bridge_" + Channel): letters, digits, '_' and '-'. A bridge declared
-	// in the daemon's bus.bridges.<name> under a name other than its
-	// channel sets "bridge_<name>", the consumer its permissions allow.
+	// "bridge_" + Bridge): letters, digits, '_' and '-'.
 	Durable string
 	// MaxTextBytes is the inbound text limit PublishInbound enforces; set it
 	// to the daemon's bus.max_text_bytes (default 65536).
@@ -154,8 +157,13 @@ func (o Options) withDefaults() (Options, error) {
 	} else if !validPrefix(o.SubjectPrefix) {
 		errs = append(errs, fmt.Errorf("Options.SubjectPrefix: must be dot-separated tokens of [A-Za-z0-9_-], got %q", o.SubjectPrefix))
 	}
+	if o.Bridge == "" {
+		o.Bridge = o.Channel
+	} else if !validName(o.Bridge) {
+		errs = append(errs, fmt.Errorf("Options.Bridge: must be letters, digits, '_' or '-', got %q", o.Bridge))
+	}
 	if o.Durable == "" {
-		o.Durable = "bridge_" + o.Channel
+		o.Durable = "bridge_" + o.Bridge
 	} else if !validName(o.Durable) || len(o.Durable) > maxDurableBytes {
 		errs = append(errs, fmt.Errorf("Options.Durable: must be 1 to %d letters, digits, '_' or '-', got %q", maxDurableBytes, o.Durable))
 	}
@@ -335,6 +343,11 @@ func (c *Client) attach(nc *nats.Conn) error {
 	return nil
 }
 
+// InboxPrefix is the reply inbox prefix of a dialled bridge: the one the
+// daemon's isolation permissions allow a bridge named name (the same rule as
+// natsbus.BridgeInboxPrefix, repeated so a bridge does not link the server).
+func InboxPrefix(name string) string { return "_INBOX_" + name }
+
 // Dial connects to the NATS server at serverURL (a comma-separated list is
 // accepted) with creds and returns a Client that owns the connection:
 // [Client.Close] drains and closes it. Once connected, the connection
@@ -367,6 +380,7 @@ func Dial(ctx context.Context, serverURL string, creds Credentials, opts Options
 	var closedOnce sync.Once
 	copts = append(copts,
 		nats.Name("switchboard-bridge-"+o.Channel),
+		nats.CustomInboxPrefix(InboxPrefix(o.Bridge)),
 		nats.Timeout(timeout),
 		nats.MaxReconnects(-1),
 		nats.DrainTimeout(drainTimeout),

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -35,16 +34,13 @@ func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err != nil {
 		return err
 	}
-	url := cfg.Bus.URL
-	if url == "" {
-		if cfg.Bus.Listen == "" {
-			return errors.New("chat: the daemon's bus is in-process only (bus.listen is empty); set bus.listen or bus.url to chat from a terminal")
-		}
-		url = "nats://" + cfg.Bus.Listen
-	}
-	nc, err := nats.Connect(url, nats.Name("switchboard-chat"), nats.Timeout(3*time.Second))
+	url, opts, err := cfg.Bus.OperatorDial()
 	if err != nil {
-		return fmt.Errorf("chat: connect to the bus at %s (is `switchboard serve` running?): %w", url, err)
+		return fmt.Errorf("chat: %w", err)
+	}
+	nc, err := nats.Connect(url, append(opts, nats.Name("switchboard-chat"), nats.Timeout(3*time.Second))...)
+	if err != nil {
+		return fmt.Errorf("chat: connect to the bus at %s (is `switchboard serve` running?): %w", redactURLs(url), err)
 	}
 	defer nc.Close()
 	user := os.Getenv("USER")

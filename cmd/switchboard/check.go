@@ -47,6 +47,7 @@ const (
 	statusOK   = "OK"
 	statusWarn = "WARN"
 	statusFail = "FAIL"
+	statusSkip = "SKIP" // not run because another check already warned
 )
 
 // checkResult is one line of `switchboard check` output.
@@ -112,6 +113,13 @@ func runCheck(ctx context.Context, args []string, stdout io.Writer) int {
 		wg.Go(func() { results[i] = check(ctx) })
 	}
 	wg.Wait()
+	// A real request only makes sense once the endpoint answered.
+	const llmIndex = 3
+	call := checkResult{name: "LLM call", status: statusSkip, detail: "not tried: the endpoint check did not pass"}
+	if results[llmIndex].status == statusOK {
+		call = checkLLMCall(ctx, cfg.LLM)
+	}
+	results = slices.Insert(results, llmIndex+1, call)
 
 	var warns, fails int
 	for _, r := range results {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"switchboard/agent/llm/llmtest"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -144,7 +145,12 @@ func runNATS(t *testing.T, jetStream bool) *server.Server {
 func modelServer(t *testing.T, status int, body string) (url string, gotAuth func() string) {
 	t.Helper()
 	auth := make(chan string, 1)
+	chat := llmtest.NewHandler(llmtest.WithResponder(func(*llmtest.Request) llmtest.Reply { return llmtest.ToolCallReply("ping", `{}`) }))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" && r.Method == http.MethodPost {
+			chat.ServeHTTP(w, r)
+			return
+		}
 		if r.URL.Path != "/v1/models" || r.Method != http.MethodGet {
 			http.Error(w, "unexpected "+r.Method+" "+r.URL.Path, http.StatusTeapot)
 			return

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"switchboard/agent/llm/llmtest"
+)
+
+// TestChatVerb runs `switchboard chat` against an in-process daemon: input
+// lines become inbound envelopes, streamed deltas print as they come (each
+// part once), tool calls are shown, and commands work.
+func TestChatVerb(t *testing.T) {
+	model := llmtest.NewServer(t)
+	model.Enqueue(
+		llmtest.Reply{ToolCalls: []llmtest.ToolCall{{ID: "c1", Name: "list_dir", Arguments: `{}`}}},
+		llmtest.Reply{Text: "Your workspace holds four files.", ChunkSize: 5, ChunkDelay: 25 * time.Millisecond},
+	)
+	cfg := testConfig(t, model.URL())
+	cfg.Bus.Listen = freePort(t)
+	startDaemon(t, cfg)
+
+	file := filepath.Join(t.TempDir(), "chat.yaml")
+	if err := os.WriteFile(file, []byte(fmt.Sprintf("bus:\n  listen: %q\nadmin:\n  listen: \"\"\n", cfg.Bus.Listen)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	stdin := strings.NewReader("what is in my workspace?\n/status\n")
+	if code := run(t.Context(), []string{"chat", "--config", file, "--chat", "t1"}, stdin, &out, &out); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out.String())
+	}
+	got := out.String()
+	for _, want := range []string{
+		`Connected to nats://` + cfg.Bus.Listen + ` as chat "t1"`,
+		`[tool] list_dir {}`,
+		"Your workspace holds four files.\n",
+		"[notice] Session: console/t1",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Count(got, "four files") != 1 {
+		t.Errorf("streamed text printed more than once:\n%s", got)
+	}
+	if n := len(model.Requests()); n != 2 {
+		t.Errorf("%d model requests", n)
+	}
+}
+
+func TestChatVerbErrors(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "chat.yaml")
+	if err := os.WriteFile(file, []byte("bus:\n  listen: \"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if code := run(t.Context(), []string{"chat", "--config", file}, strings.NewReader(""), &out, &out); code != 1 || !strings.Contains(out.String(), "in-process only") {
+		t.Fatalf("in-process bus: exit %d: %s", code, out.String())
+	}
+	out.Reset()
+	if err := os.WriteFile(file, []byte(fmt.Sprintf("bus:\n  listen: %q\n", freePort(t))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := run(t.Context(), []string{"chat", "--config", file}, strings.NewReader("hi\n"), &out, &out); code != 1 || !strings.Contains(out.String(), "is `switchboard serve` running?") {
+		t.Fatalf("no daemon: exit %d: %s", code, out.String())
+	}
+}
+
+// TestDemoVerb runs the self-contained demo with a scripted model and
+// checks the tool round trip is shown.
+func TestDemoVerb(t *testing.T) {
+	var out bytes.Buffer
+	if code := run(t.Context(), []string{"demo"}, strings.NewReader(""), &out, &out); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out.String())
+	}
+	for _, want := range []string{"Switchboard DEMO", "[tool] list_dir", "I looked at your workspace", "AGENT.md"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
