@@ -122,7 +122,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		ReadFile:        ws.ReadText,
 	}, agent.Deps{Source: b, Publisher: b, Store: store, Model: model, Tools: registry, Prompts: ws, Log: log,
-		Summarizer: agent.ModelSummarizer{Model: model}, Observer: mx})
+		Summarizer: summarizer(cfg.LLM, model), Observer: mx})
 	if err != nil {
 		return err
 	}
@@ -158,6 +158,15 @@ func (s measuredStore) CommitTurn(ctx context.Context, rec memory.TurnRecord) er
 	err := s.Store.CommitTurn(ctx, rec)
 	s.m.Commit(start)
 	return err
+}
+
+// summarizer writes context summaries with the model, when one is
+// configured (otherwise the rule-based digest stands alone).
+func summarizer(cfg llm.Config, model agent.Model) agent.Summarizer {
+	if !cfg.Configured() {
+		return nil
+	}
+	return agent.ModelSummarizer{Model: model}
 }
 
 // registerGauges adds the gauges read at scrape time.
