@@ -39,6 +39,14 @@ type Deps struct {
 	Summarizer Summarizer
 	// Observer, when set, receives measurements for metrics.
 	Observer Observer
+	// Skills, when set, adds the skills section to the system prompt.
+	Skills SkillsSection
+}
+
+// SkillsSection renders the prompt's list of skills (name, description,
+// where to read it); "" when there are none. Safe for concurrent use.
+type SkillsSection interface {
+	PromptSection() string
 }
 
 // Summarizer condenses turns dropped from a session's context into its
@@ -209,6 +217,13 @@ func subagents(cfgs map[string]SubagentConfig, read func(string) (string, error)
 		out[name] = Subagent{Description: sc.Description, Prompt: prompt, Tools: sc.Tools, MaxSteps: sc.MaxSteps, Model: sc.Model, Timeout: sc.Timeout}
 	}
 	return out
+}
+
+func (m *Manager) skillsSection() string {
+	if m.deps.Skills == nil {
+		return ""
+	}
+	return m.deps.Skills.PromptSection()
 }
 
 // Queued returns the number of messages waiting in session queues.

@@ -21,7 +21,7 @@ type turnFacts struct {
 // buildPrompt assembles the system prompt: tool rules, workspace rules, the
 // prompt files, then runtime facts (DESIGN.md §6.1). It is rebuilt for every
 // turn; the workspace's stat cache makes unchanged files free.
-func buildPrompt(ws PromptFiles, toolList []tools.Tool, summary string, f turnFacts) (string, error) {
+func buildPrompt(ws PromptFiles, toolList []tools.Tool, summary, skills string, f turnFacts) (string, error) {
 	var b strings.Builder
 	b.Grow(4096)
 	b.WriteString("You are Switchboard, an assistant people reach through chat apps. Your persona, the user and the rules are described below.\n\n")
@@ -35,6 +35,11 @@ func buildPrompt(ws PromptFiles, toolList []tools.Tool, summary string, f turnFa
 		b.WriteString("\nCall tools when they help; keep going until the task is done, then answer in plain words. " +
 			"Tool results that start with \"Error:\" are failures: read them and change approach instead of repeating the same call. " +
 			"Never put secrets in replies.\n\n")
+	}
+
+	if skills = strings.TrimSpace(skills); skills != "" {
+		b.WriteString(skills)
+		b.WriteString("\n\n")
 	}
 
 	b.WriteString("## Workspace\n\n")

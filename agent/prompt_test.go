@@ -30,7 +30,7 @@ func TestBuildPromptGolden(t *testing.T) {
 	}}
 	tl := []tools.Tool{&fakeTool{name: "read_file"}, &fakeTool{name: "list_dir"}}
 	now := time.Date(2026, 11, 30, 9, 5, 0, 0, time.FixedZone("CET", 3600))
-	got, err := buildPrompt(ws, tl, "", turnFacts{Now: now, Model: "gpt-x", Channel: "telegram", IsGroup: true, UserID: "42", UserName: "Ann"})
+	got, err := buildPrompt(ws, tl, "", "", turnFacts{Now: now, Model: "gpt-x", Channel: "telegram", IsGroup: true, UserID: "42", UserName: "Ann"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,11 +59,11 @@ func TestBuildPromptFollowsEdits(t *testing.T) {
 	}
 	defer ws.Close()
 	f := turnFacts{Now: time.Now(), Model: "m", Channel: "console"}
-	if _, err := buildPrompt(ws, nil, "", f); err != nil {
+	if _, err := buildPrompt(ws, nil, "", "", f); err != nil {
 		t.Fatal(err)
 	}
 	reads := ws.Reads()
-	p, err := buildPrompt(ws, nil, "", f)
+	p, err := buildPrompt(ws, nil, "", "", f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestBuildPromptFollowsEdits(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "USER.md"), []byte("The user wants you to speak like a robot."), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p, err = buildPrompt(ws, nil, "", f)
+	p, err = buildPrompt(ws, nil, "", "", f)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -256,7 +256,7 @@ func (s *session) turn(ctx context.Context, it item) {
 
 	// Fit the context once, before the loop, by whole turns.
 	user := userMessage(in, now)
-	system, err := buildPrompt(m.deps.Prompts, m.exec.Tools(), s.summary(), facts)
+	system, err := buildPrompt(m.deps.Prompts, m.exec.Tools(), s.summary(), m.skillsSection(), facts)
 	if err != nil {
 		log.Error("system prompt failed", "err", err)
 		m.finishSimple(ctx, in, it.d, bus.KindError, "Sorry, I could not read my workspace files. The operator can find details in the log.", false)
@@ -267,7 +267,7 @@ func (s *session) turn(ctx context.Context, it item) {
 	if len(dropped) > 0 {
 		s.history = kept
 		s.summarize(ctx, dropped)
-		if system, err = buildPrompt(m.deps.Prompts, m.exec.Tools(), s.summary(), facts); err != nil {
+		if system, err = buildPrompt(m.deps.Prompts, m.exec.Tools(), s.summary(), m.skillsSection(), facts); err != nil {
 			log.Error("system prompt failed", "err", err)
 		}
 	}
@@ -277,13 +277,14 @@ func (s *session) turn(ctx context.Context, it item) {
 	s.cancel, s.steer, s.steerOpen = cancel, nil, true
 	s.mu.Unlock()
 	res, err := m.exec.Run(tctx, TurnInput{
-		System:  system,
-		History: kept,
-		User:    user,
-		Session: tools.Session{Key: s.key, Channel: in.Channel, ChatID: in.ChatID, UserID: in.UserID},
-		Sink:    sink,
-		Steer:   s,
-		Log:     log,
+		System:    system,
+		History:   kept,
+		User:      user,
+		Session:   tools.Session{Key: s.key, Channel: in.Channel, ChatID: in.ChatID, ThreadID: in.ThreadID, UserID: in.UserID, IsGroup: in.IsGroup},
+		Proactive: in.Meta["scheduled_task"] != "",
+		Sink:      sink,
+		Steer:     s,
+		Log:       log,
 	})
 	s.mu.Lock()
 	late := len(s.steer)

@@ -475,6 +475,13 @@ func (c *Catalog) PromptSection() string {
 	return b.String()
 }
 
+// Knows reports whether name is a usable skill's name (the names Fallback
+// answers); it is the known argument of [tools.Registry.WithFallback].
+func (c *Catalog) Knows(name string) bool {
+	_, ok := c.Lookup(name)
+	return ok
+}
+
 // Fallback is a [tools.Fallback]: a call to a skill's name as if it were a
 // tool returns the skill's SKILL.md with a hint that skills are read, not
 // called. Other names report false.

@@ -284,9 +284,13 @@ func TestCatalogFallback(t *testing.T) {
 
 	// Wired into a registry.
 	reg, _ := tools.NewRegistry()
-	r := reg.WithFallback(c.Fallback).Run(t.Context(), "weather", tools.Call{})
+	withSkills := reg.WithFallback(c.Fallback, c.Knows)
+	r := withSkills.Run(t.Context(), "weather", tools.Call{})
 	if r.IsError || !strings.Contains(r.Text, "# Weather") {
 		t.Errorf("registry with skill fallback = %+v", r)
+	}
+	if !withSkills.Known("weather") || withSkills.Known("broken") || withSkills.Known("nope") {
+		t.Error("Known does not follow the skills")
 	}
 }
 

@@ -27,6 +27,7 @@ type Registry struct {
 	byName   map[string]Tool
 	log      *slog.Logger
 	fallback Fallback
+	known    func(name string) bool
 }
 
 // Fallback answers a call to a name that no tool has, e.g. a skill's name
@@ -104,12 +105,23 @@ func (r *Registry) WithLogger(log *slog.Logger) *Registry {
 }
 
 // WithFallback returns a registry with the same tools whose Run hands calls
-// to unknown names to f first (nil removes the fallback). The receiver is
-// unchanged.
-func (r *Registry) WithFallback(f Fallback) *Registry {
+// to unknown names to f first (nil removes the fallback). known, when not
+// nil, reports without running anything whether f answers a name; [Registry.Known]
+// uses it. The receiver is unchanged.
+func (r *Registry) WithFallback(f Fallback, known func(name string) bool) *Registry {
 	c := *r
-	c.fallback = f
+	c.fallback, c.known = f, known
 	return &c
+}
+
+// Known reports whether the model may call name: a tool offered to it, or
+// a name the fallback answers (e.g. a skill). The agent's executor uses it
+// to tell a call to a skill from a call to a tool that does not exist.
+func (r *Registry) Known(name string) bool {
+	if t, ok := r.byName[name]; ok {
+		return StageOf(t) == StageModel
+	}
+	return r.fallback != nil && r.known != nil && r.known(name)
 }
 
 // ValidName reports whether name is a valid tool name

@@ -159,6 +159,23 @@ func (b *Toolbox) Run(ctx context.Context, name string, call Call) Result {
 	return b.base.unknown(ctx, name, call, b.Names())
 }
 
+// Known reports whether the model may call name now: a tool of List, or a
+// name the base registry's fallback answers (see [Registry.Known]).
+func (b *Toolbox) Known(name string) bool {
+	if b.Disabled(name) {
+		return false
+	}
+	if _, builtin := b.base.byName[name]; builtin {
+		return b.base.Known(name)
+	}
+	for _, t := range b.List() {
+		if t.Name() == name {
+			return true
+		}
+	}
+	return b.base.Known(name)
+}
+
 // PostTurn returns the base registry's post-turn tools that are not
 // disabled.
 func (b *Toolbox) PostTurn() []Tool {

@@ -144,7 +144,7 @@ func TestRegistryFallback(t *testing.T) {
 		}
 		return tools.Result{}, false
 	}
-	r := base.WithFallback(fb)
+	r := base.WithFallback(fb, func(name string) bool { return name == "weather" })
 	if got := r.Run(t.Context(), "weather", tools.Call{ID: "c1"}); got.IsError || got.Text != "skill text for c1" {
 		t.Errorf("fallback hit = %+v", got)
 	}
@@ -160,10 +160,18 @@ func TestRegistryFallback(t *testing.T) {
 	if got := base.Run(t.Context(), "weather", tools.Call{}); !got.IsError {
 		t.Errorf("WithFallback changed the receiver: %+v", got)
 	}
+	if !r.Known("a") || !r.Known("weather") || r.Known("other") || base.Known("weather") {
+		t.Error("Registry.Known is wrong")
+	}
 	// The toolbox goes through the base's fallback too.
-	tb, _ := tools.NewToolbox(r, nil)
+	src := &fakeSource{}
+	src.set(&fakeTool{name: "mcp_s_t"})
+	tb, _ := tools.NewToolbox(r, []string{"a"}, src)
 	if got := tb.Run(t.Context(), "weather", tools.Call{ID: "c2"}); got.Text != "skill text for c2" {
 		t.Errorf("toolbox fallback = %+v", got)
+	}
+	if !tb.Known("weather") || !tb.Known("mcp_s_t") || tb.Known("a") || tb.Known("other") {
+		t.Error("Toolbox.Known is wrong")
 	}
 }
 

@@ -121,6 +121,10 @@ type Config struct {
 	// FallbackCooldown is how long a failed endpoint is skipped before it
 	// is tried again.
 	FallbackCooldown time.Duration `yaml:"fallback_cooldown"`
+	// TranscriptionModel is the speech-to-text model of the same endpoint
+	// (/audio/transcriptions, e.g. whisper-1) used for voice messages;
+	// empty (the default) means voice messages are not transcribed.
+	TranscriptionModel string `yaml:"transcription_model"`
 }
 
 // Endpoint is a fallback model endpoint (llm.fallbacks[i]). Empty fields

@@ -3,6 +3,13 @@
 // the JetStream streams CHAT_IN, CHAT_OUT and CHAT_DLQ, publishes envelopes
 // and runs the agent runtime's durable consumer on the inbound subjects.
 //
+// Bridges declared in [Config.Bridges] are isolated from each other: the
+// embedded server then authenticates every client and grants each bridge
+// only its channels' subjects ([BridgePermissions]); the daemon creates each
+// bridge's durable outbound consumer ([BridgeConsumerConfig]); and
+// [Bus.Consume] applies each bridge channel's inbound rate limit, sending
+// the excess to the dead-letter queue ([RateLimitReason]).
+//
 // A [Bus] is opened with [Open] and released with [Bus.Close]; all its
 // methods are safe for concurrent use.
 package natsbus

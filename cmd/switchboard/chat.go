@@ -183,9 +183,10 @@ func (c *chatClient) onEvent(msg *nats.Msg) {
 		Arguments string `json:"arguments"`
 		Error     bool   `json:"error"`
 		Text      string `json:"text"`
+		Stage     string `json:"stage"`
 	}
-	if err := json.Unmarshal(ev.Data, &data); err != nil {
-		return
+	if err := json.Unmarshal(ev.Data, &data); err != nil || data.Stage != "" {
+		return // post-turn tools are bookkeeping, not the agent's actions
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -106,6 +106,8 @@ func runCheck(ctx context.Context, args []string, stdout io.Writer) int {
 		func(ctx context.Context) checkResult { return checkLLM(ctx, cfg.LLM, *path) },
 		func(context.Context) checkResult { return checkDataDir(cfg.DataDir) },
 		func(context.Context) checkResult { return checkWorkspace(cfg.Agent.Workspace) },
+		func(ctx context.Context) checkResult { return checkTelegram(ctx, cfg.Channels.Telegram) },
+		func(ctx context.Context) checkResult { return checkSlack(ctx, cfg.Channels.Slack) },
 	}
 	results := make([]checkResult, len(checks))
 	var wg sync.WaitGroup

@@ -22,6 +22,11 @@ import (
 	"switchboard/agent"
 	"switchboard/agent/llm"
 	"switchboard/bus/natsbus"
+	slackch "switchboard/channels/slack"
+	"switchboard/channels/telegram"
+	"switchboard/memory/memcfg"
+	"switchboard/tools"
+	"switchboard/tools/mcp"
 )
 
 // Config is the whole configuration file (config.yaml). Each section is
@@ -37,7 +42,18 @@ type Config struct {
 	Bus             natsbus.Config `yaml:"bus"`
 	LLM             llm.Config     `yaml:"llm"`
 	Agent           agent.Config   `yaml:"agent"`
+	Memory          memcfg.Config  `yaml:"memory"`
+	Tools           tools.Config   `yaml:"tools"`
+	MCP             mcp.Config     `yaml:"mcp"`
 	Admin           admin.Config   `yaml:"admin"`
+	Channels        ChannelsConfig `yaml:"channels"`
+}
+
+// ChannelsConfig holds the built-in chat platform adapters (YAML section
+// "channels"). A nil section, or one with no token, is off.
+type ChannelsConfig struct {
+	Slack    *slackch.Config  `yaml:"slack"`
+	Telegram *telegram.Config `yaml:"telegram"`
 }
 
 // LogConfig configures the process logger (YAML section "log").
@@ -58,7 +74,11 @@ func defaultConfig() Config {
 		Bus:             natsbus.DefaultConfig(),
 		LLM:             llm.DefaultConfig(),
 		Agent:           agent.DefaultConfig(),
+		Memory:          memcfg.DefaultConfig(),
+		Tools:           tools.DefaultConfig(),
+		MCP:             mcp.DefaultConfig(),
 		Admin:           admin.DefaultConfig(),
+		Channels:        ChannelsConfig{Slack: new(slackch.DefaultConfig()), Telegram: new(telegram.DefaultConfig())},
 	}
 }
 
@@ -151,7 +171,13 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("log.format: must be text or json, got %q", c.Log.Format))
 	}
-	errs = append(errs, c.Bus.Validate(), c.LLM.Validate(), c.Agent.Validate(), c.Admin.Validate())
+	errs = append(errs, c.Bus.Validate(), c.LLM.Validate(), c.Agent.Validate(), c.Memory.Validate(), c.Tools.Validate(), c.MCP.Validate(), c.Admin.Validate())
+	if c.Channels.Slack != nil {
+		errs = append(errs, c.Channels.Slack.Validate())
+	}
+	if c.Channels.Telegram != nil {
+		errs = append(errs, c.Channels.Telegram.Validate())
+	}
 	if c.Bus.URL == "" && c.Bus.Listen != "" && c.Bus.Listen == c.Admin.Listen && !strings.HasSuffix(c.Admin.Listen, ":0") {
 		errs = append(errs, fmt.Errorf("admin.listen: must differ from bus.listen, both are %q", c.Admin.Listen))
 	}

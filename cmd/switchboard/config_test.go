@@ -22,6 +22,11 @@ import (
 	"switchboard/agent"
 	"switchboard/agent/llm"
 	"switchboard/bus/natsbus"
+	slackch "switchboard/channels/slack"
+	"switchboard/channels/telegram"
+	"switchboard/memory/memcfg"
+	"switchboard/tools"
+	"switchboard/tools/mcp"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/*.golden files")
@@ -83,6 +88,16 @@ func TestParseConfigTestdata(t *testing.T) {
 			c.Agent.MaxContextTokens = 4000
 			c.Agent.MaxContextTurns = 3
 			c.Agent.DeltaInterval = 2 * time.Second
+			c.Tools = tools.Config{Disabled: []string{"bash", "mcp_*"},
+				SearchFiles: tools.SearchFilesConfig{MaxResults: 100, MaxFileBytes: 1 << 20, Timeout: 10 * time.Second},
+				Bash: tools.BashConfig{Enabled: true, AllowUsers: []string{"telegram:123456789", "console:*"}, Timeout: 30 * time.Second,
+					MaxTimeout: 2 * time.Minute, JobTimeout: 10 * time.Minute, MaxJobs: 2, Sandbox: "bwrap", PassEnv: []string{"GOPATH"}},
+				WebFetch:    tools.WebFetchConfig{AllowPrivate: true, Timeout: 10 * time.Second, MaxBytes: 1 << 20, MaxRedirects: 3, UserAgent: "TestAgent/1"},
+				SendMessage: tools.SendMessageConfig{MaxFileBytes: 1024},
+				Schedule:    tools.ScheduleConfig{MaxPerUser: 5, MinInterval: 5 * time.Minute, Timezone: "Europe/Berlin"}}
+			c.MCP = mcp.Config{Servers: map[string]mcp.ServerConfig{
+				"github": {Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-github"}, Env: map[string]string{"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp-test"}, Timeout: 90 * time.Second},
+				"search": {URL: "https://mcp.example.com/mcp", Headers: map[string]string{"Authorization": "Bearer t0k"}, Disabled: true}}}
 			c.Agent.ExtraAttempts = 4
 			c.Agent.MaxConsecutiveRollbacks = 2
 			c.Agent.KeepToolResults = 3
@@ -92,7 +107,17 @@ func TestParseConfigTestdata(t *testing.T) {
 				Description: "Finds facts.", PromptFile: "agents/researcher.md", Tools: []string{"read_file", "list_dir"},
 				MaxSteps: 4, Model: "small-model", Timeout: 90 * time.Second,
 			}}
+			c.Memory = memcfg.Config{Scope: "shared", Retention: 30, Consolidate: "03:15", EmbeddingModel: "text-embedding-3-small",
+				EmbeddingBaseURL: "http://embed:8080/v1", EmbeddingAPIKey: "ek-test", IndexInterval: 5 * time.Minute}
 			c.Admin.Listen = "0.0.0.0:19090"
+			c.Channels.Slack = &slackch.Config{Mode: "http", BotToken: "xoxb-1-full", SigningSecret: "full-secret", HTTPListen: "0.0.0.0:3000",
+				APIURL: "http://slack-proxy:8080/api", AllowUsers: slackch.IDList{"U0123ABCD", "U0456EFGH"},
+				AllowChannels: slackch.IDList{"C0123ABCD"}, GroupTrigger: "all"}
+			c.LLM.TranscriptionModel = "whisper-1"
+			c.Channels.Telegram = &telegram.Config{Token: "123456:AAE-full_token", APIEndpoint: "http://tg-local:8081/bot%s/%s",
+				AllowUsers: telegram.UserList{"123456789", "@ann", "987", "@bob"}, GroupTrigger: "mention", Mode: "webhook",
+				WebhookListen: "127.0.0.1:8443", WebhookURL: "https://bot.example.com/telegram/hook", WebhookSecret: "hook-secret",
+				PollTimeout: 50 * time.Second, MaxImageBytes: 262144, MaxFileBytes: 1048576}
 		}},
 		{file: "valid_bridges.yaml", want: func(c *Config) {
 			c.Bus.Bridges = map[string]natsbus.BridgeConfig{

@@ -6,6 +6,8 @@
 //	switchboard check [--config FILE]     validate the config, reach dependencies
 //	switchboard bus tail [--config FILE] [--channel NAME]
 //	                                      print bus traffic live
+//	switchboard history list|export|reset|compact [--config FILE] [--session KEY] [--out FILE]
+//	                                      work on history.db while the daemon is stopped
 //	switchboard demo                      daemon + scripted model + chat, in one process
 package main
 
@@ -56,6 +58,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runDemo(ctx, args, stdin, stdout, stderr)
 	case "bus":
 		err = runBus(ctx, args, stdout, stderr)
+	case "history":
+		err = runHistory(ctx, args, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, versionString())
 		return 0
@@ -92,6 +96,8 @@ Usage:
   switchboard check [--config FILE]                validate the config and reach its dependencies
   switchboard bus tail [--config FILE] [--channel NAME]
                                                    print inbound, outbound, event and dead-letter traffic live
+  switchboard history list|export|reset|compact [--config FILE] [--session KEY] [--out FILE]
+                                                   list, export (JSON Lines), reset or compact stored history (daemon stopped)
   switchboard demo                                 a self-contained demo with a scripted model
   switchboard healthcheck [--config FILE | --url URL]
                                                    exit 0 when GET /healthz answers 200 (for containers)

@@ -17,11 +17,10 @@ import (
 	"switchboard/agent"
 	"switchboard/agent/llm"
 	"switchboard/bus/natsbus"
+	"switchboard/channels"
 	"switchboard/memory"
 	"switchboard/memory/boltstore"
 	"switchboard/metrics"
-	"switchboard/tools"
-	"switchboard/tools/files"
 	"switchboard/workspace"
 )
 
@@ -108,10 +107,15 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 			"Set OPENAI_API_KEY (and OPENAI_BASE_URL / OPENAI_MODEL for other OpenAI-compatible servers such as Ollama or vLLM), " +
 			"or edit the llm section of the config file")
 	}
-	registry, err := tools.NewRegistry(files.New(ws)...)
+	built, runTools, err := buildTools(cfg, ws, b, log)
 	if err != nil {
 		return err
 	}
+	// The tools (MCP servers, scheduler, tools.db) stop only after the
+	// manager finished its last turns.
+	toolsCtx, stopTools := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopTools()
+	g.Go(func() error { return runTools(toolsCtx) })
 	mgr, err := agent.NewManager(cfg.Agent, agent.Options{
 		Subjects:        b.Subjects(),
 		MaxTextBytes:    cfg.Bus.MaxTextBytes,
@@ -119,15 +123,24 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		ContextWindow:   cfg.LLM.ContextWindow,
 		MaxOutputTokens: cfg.LLM.MaxTokens,
 		Temperature:     cfg.LLM.Temperature,
+		ToolTimeout:     built.CallTimeout,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		ReadFile:        ws.ReadText,
-	}, agent.Deps{Source: b, Publisher: b, Store: store, Model: model, Tools: registry, Prompts: ws, Log: log,
-		Summarizer: summarizer(cfg.LLM, model), Observer: mx})
+	}, agent.Deps{Source: b, Publisher: b, Store: store, Model: model, Tools: built.Toolbox, Prompts: ws, Log: log,
+		Summarizer: summarizer(cfg.LLM, model), Observer: mx, Skills: built.Skills})
 	if err != nil {
 		return err
 	}
 	registerGauges(mx, mgr, b)
-	g.Go(func() error { return mgr.Run(gctx) })
+	g.Go(func() error {
+		err := mgr.Run(gctx)
+		stopTools()
+		return err
+	})
+	if err := startChannels(gctx, g, cfg, channelDeps{Conn: b.Conn(), Subjects: b.Subjects(), Workspace: ws,
+		DataDir: cfg.DataDir, Log: log, Status: adm.SetReady}, adm); err != nil {
+		return err
+	}
 	g.Go(func() error { watchBus(gctx, b, adm); return nil })
 	adm.SetReady(compAgent, nil)
 	log.Info("switchboard is running", "bus", busDescription(b), "admin", cfg.Admin.Listen,
@@ -158,6 +171,34 @@ func (s measuredStore) CommitTurn(ctx context.Context, rec memory.TurnRecord) er
 	err := s.Store.CommitTurn(ctx, rec)
 	s.m.Commit(start)
 	return err
+}
+
+// startChannels starts the built-in channel adapters whose sections are
+// configured (Telegram, Slack); each reports its readiness under its name.
+// A channel that stops for good (a rejected token, say) is logged and shown
+// on /readyz, and the rest of the daemon keeps serving.
+func startChannels(ctx context.Context, g *errgroup.Group, cfg Config, d channelDeps, adm *admin.Server) error {
+	for _, ch := range []struct {
+		name string
+		make func(Config, channelDeps) (channels.Channel, error)
+	}{{compTelegram, newTelegram}, {compSlack, newSlack}} {
+		c, err := ch.make(cfg, d)
+		if err != nil {
+			return err
+		}
+		if c == nil {
+			continue
+		}
+		adm.Expect(ch.name)
+		g.Go(func() error {
+			if err := c.Run(ctx); err != nil && ctx.Err() == nil {
+				d.Log.Error("channel stopped; the rest of the daemon keeps running", "channel", ch.name, "err", err)
+				adm.SetReady(ch.name, fmt.Errorf("stopped: %w", err))
+			}
+			return nil
+		})
+	}
+	return nil
 }
 
 // summarizer writes context summaries with the model, when one is

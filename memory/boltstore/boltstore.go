@@ -6,6 +6,8 @@
 //	sessions  session -> JSON meta {last seq, context start, turns since
 //	          start, summary, last active}
 //	receipts  receipt key -> JSON memory.Receipt
+//	pruning   session -> big-endian uint64: messages up to that seq are
+//	          being deleted (a session pruned or reset)
 //
 // Writes go through bbolt's DB.Batch so concurrent sessions share one
 // transaction and one fsync (group commit); a lone writer skips the batch
@@ -37,6 +39,10 @@ var (
 	bucketMsgs     = []byte("msgs")
 	bucketSessions = []byte("sessions")
 	bucketReceipts = []byte("receipts")
+	// bucketPruning records sessions whose messages are being deleted
+	// (PruneSessions, Reset): session -> big-endian uint64 seq; messages
+	// of the session with seq <= it are deleted in bounded transactions.
+	bucketPruning = []byte("pruning")
 )
 
 // Defaults for [Options].
@@ -44,6 +50,26 @@ const (
 	DefaultMaxBatchDelay = 2 * time.Millisecond
 	DefaultLockTimeout   = time.Second
 )
+
+// ErrLocked is returned (wrapped, together with bbolt's timeout error) by
+// Open and CompactFile when another process — usually the running daemon
+// — holds the file's lock.
+var ErrLocked = errors.New("boltstore: data file is locked by another process")
+
+// lockedError is the error of a file held by another process: its text
+// names the file; it matches ErrLocked and unwraps to bbolt's timeout.
+type lockedError struct {
+	path string
+	wait time.Duration
+	err  error
+}
+
+func (e *lockedError) Error() string {
+	return fmt.Sprintf("boltstore: data file %s is locked by another process (waited %s): %v", e.path, e.wait, e.err)
+}
+
+func (e *lockedError) Is(target error) bool { return target == ErrLocked }
+func (e *lockedError) Unwrap() error        { return e.err }
 
 // pruneChunk bounds the receipts scanned by one PruneReceipts transaction.
 const pruneChunk = 1000
@@ -85,6 +111,10 @@ var (
 
 // sessionMeta is the value stored in the sessions bucket.
 type sessionMeta struct {
+	// Base is the seq before the session's first message: 0, or for a
+	// session created again after a prune or reset, where the old one's
+	// messages ended.
+	Base       uint64    `json:"base,omitempty"`
 	Last       uint64    `json:"last"`  // seq of the last message (0: none)
 	Start      uint64    `json:"start"` // messages with seq > Start are in the context
 	Turns      int       `json:"turns"` // turns since Start
@@ -114,20 +144,13 @@ func Open(path string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("boltstore: open %s: create folder: %w", path, err)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:      opts.LockTimeout,
-		NoSync:       opts.NoSync,
-		FreelistType: bolt.FreelistMapType,
-	})
-	if errors.Is(err, bolterrors.ErrTimeout) {
-		return nil, fmt.Errorf("boltstore: data file %s is locked by another process (waited %s): %w", path, opts.LockTimeout, err)
-	}
+	db, err := openLocked(path, opts)
 	if err != nil {
-		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
+		return nil, err
 	}
 	db.MaxBatchDelay = opts.MaxBatchDelay
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMsgs, bucketSessions, bucketReceipts} {
+		for _, name := range [][]byte{bucketMsgs, bucketSessions, bucketReceipts, bucketPruning} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("bucket %s: %w", name, err)
 			}
@@ -139,6 +162,39 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
 	return &Store{db: db, path: path}, nil
+}
+
+// openLocked opens the bbolt file and takes its lock. If the file was
+// replaced while Open waited for the lock (CompactFile renames a new file
+// over the old one while holding the old one's lock), the old file is
+// closed and the new one opened, so the store never writes to a file that
+// is no longer at path.
+func openLocked(path string, opts Options) (*bolt.DB, error) {
+	for attempt := 0; ; attempt++ {
+		before, statErr := os.Stat(path)
+		db, err := bolt.Open(path, 0o600, &bolt.Options{
+			Timeout:      opts.LockTimeout,
+			NoSync:       opts.NoSync,
+			FreelistType: bolt.FreelistMapType,
+		})
+		if errors.Is(err, bolterrors.ErrTimeout) {
+			return nil, &lockedError{path: path, wait: opts.LockTimeout, err: err}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
+		}
+		after, err := os.Stat(path)
+		if err == nil && (statErr != nil || os.SameFile(before, after)) {
+			return db, nil
+		}
+		_ = db.Close()
+		if attempt == 2 {
+			if err == nil {
+				err = errors.New("the file keeps being replaced")
+			}
+			return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
+		}
+	}
 }
 
 // Path returns the file the store was opened on.
@@ -234,9 +290,12 @@ func (s *Store) CommitTurn(ctx context.Context, rec memory.TurnRecord) error {
 			return nil
 		}
 		sessions := tx.Bucket(bucketSessions)
-		meta, _, err := getMeta(sessions, skey)
+		meta, ok, err := getMeta(sessions, skey)
 		if err != nil {
 			return err
+		}
+		if !ok {
+			meta = newMeta(tx, skey)
 		}
 		if rec.Fresh {
 			meta.Start = meta.Last
@@ -577,8 +636,8 @@ func getMeta(b *bolt.Bucket, skey []byte) (sessionMeta, bool, error) {
 	if err := json.Unmarshal(v, &meta); err != nil {
 		return meta, false, fmt.Errorf("session meta: %w: %v", memory.ErrInvalid, err)
 	}
-	if meta.Start > meta.Last || meta.Turns < 0 {
-		return meta, false, fmt.Errorf("session meta: %w: start %d, last %d, turns %d", memory.ErrInvalid, meta.Start, meta.Last, meta.Turns)
+	if meta.Start > meta.Last || meta.Base > meta.Start || meta.Turns < 0 {
+		return meta, false, fmt.Errorf("session meta: %w: base %d, start %d, last %d, turns %d", memory.ErrInvalid, meta.Base, meta.Start, meta.Last, meta.Turns)
 	}
 	return meta, true, nil
 }

@@ -264,10 +264,16 @@ func Component(id string) (string, error) {
 
 // WriteFolder returns the folder that writes for s go to: the shared one
 // with scope "shared"; else the chat's folder in a group and the user's
-// folder in a private chat.
+// folder in a private chat. It needs a channel, and a chat id in a group
+// or a user id in a private chat (a group's notes belong to no member).
 func (n *Notes) WriteFolder(s Scope) (Folder, error) {
-	if err := s.Validate(); err != nil {
-		return Folder{}, err
+	switch {
+	case s.Channel == "":
+		return Folder{}, fmt.Errorf("%w: channel is empty", ErrScope)
+	case s.IsGroup && s.ChatID == "":
+		return Folder{}, fmt.Errorf("%w: chat id is empty in a group", ErrScope)
+	case !s.IsGroup && s.UserID == "":
+		return Folder{}, fmt.Errorf("%w: user id is empty", ErrScope)
 	}
 	if n.shared {
 		return SharedFolder(), nil
@@ -376,6 +382,68 @@ func (n *Notes) CanRead(s Scope, rel string) bool {
 		}
 	}
 	return false
+}
+
+// Visible reports whether a file tool (read_file, list_dir, a workspace
+// search) may show the workspace-relative path rel to s: paths outside
+// memory/users and memory/chats always; inside them (scope "user") only
+// the caller's own folder and the folder of the group they speak in, and
+// the parent folders themselves (whose other entries the tool must filter
+// with Visible). The workspace itself (".") is visible; paths that climb
+// out are not. File tools
+// should apply it to keep one user's memory from another's turn.
+func (n *Notes) Visible(s Scope, rel string) bool {
+	if p := path.Clean(strings.ReplaceAll(rel, "\\", "/")); p == "." {
+		return true // the workspace itself
+	}
+	rel, ok := Clean(rel)
+	if !ok {
+		return false
+	}
+	if n.shared {
+		return true
+	}
+	private := false
+	for _, base := range []string{UsersDir, ChatsDir} {
+		if rel == base || rel == Dir {
+			return true
+		}
+		if rest, ok := strings.CutPrefix(rel, base+"/"); ok {
+			private = true
+			// The channel level lists ids of others: show the caller's only.
+			if !strings.Contains(rest, "/") {
+				c, err := Component(s.Channel)
+				return err == nil && rest == c
+			}
+		}
+	}
+	if !private {
+		return true
+	}
+	if n.CanRead(s, rel) {
+		return true
+	}
+	// The caller's own folders themselves (not only the files in them).
+	for _, f := range n.ownFolders(s) {
+		if rel == f {
+			return true
+		}
+	}
+	return false
+}
+
+// ownFolders returns the user's folder and, in a group, the chat's.
+func (n *Notes) ownFolders(s Scope) []string {
+	var out []string
+	if u, err := UserFolder(s.Channel, s.UserID); err == nil {
+		out = append(out, u.Dir)
+	}
+	if s.IsGroup {
+		if c, err := ChatFolder(s.Channel, s.ChatID); err == nil {
+			out = append(out, c.Dir)
+		}
+	}
+	return out
 }
 
 // Clean returns rel cleaned and slash-separated, and false when it is

@@ -528,3 +528,55 @@ func TestConcurrentWrites(t *testing.T) {
 		t.Error("header written more than once")
 	}
 }
+
+func TestVisible(t *testing.T) {
+	n, _ := newNotes(t, memcfg.ScopeUser)
+	for _, tt := range []struct {
+		s    notes.Scope
+		rel  string
+		want bool
+	}{
+		{bobInGroup, ".", true},
+		{bobInGroup, "", true},
+		{bobInGroup, "AGENT.md", true},
+		{bobInGroup, "notes/todo.md", true},
+		{bobInGroup, "memory", true},
+		{bobInGroup, "memory/2025-03-04.md", true},
+		{bobInGroup, "memory/users", true},
+		{bobInGroup, "memory/users/telegram", true},
+		{bobInGroup, "memory/users/slack", false},
+		{bobInGroup, "memory/users/telegram/200", true},
+		{bobInGroup, "memory/users/telegram/200/MEMORY.md", true},
+		{bobInGroup, "memory/users/telegram/100", false},
+		{bobInGroup, "memory/users/telegram/100/MEMORY.md", false},
+		{bobInGroup, "memory/users/telegram/200/../100/MEMORY.md", false},
+		{bobInGroup, "memory/chats/telegram/-500", true},
+		{bobInGroup, "memory/chats/telegram/-500/2025-03-04.md", true},
+		{bobPrivate, "memory/chats/telegram/-500/2025-03-04.md", false},
+		{bobInGroup, "memory/chats/telegram/-600/MEMORY.md", false},
+		{bobInGroup, "../x", false},
+		{bobInGroup, "/etc/passwd", false},
+	} {
+		if got := n.Visible(tt.s, tt.rel); got != tt.want {
+			t.Errorf("Visible(user %s group %v, %q) = %v, want %v", tt.s.UserID, tt.s.IsGroup, tt.rel, got, tt.want)
+		}
+	}
+	shared, _ := newNotes(t, memcfg.ScopeShared)
+	if !shared.Visible(bobPrivate, "memory/users/telegram/100/MEMORY.md") {
+		t.Error("shared scope hides files")
+	}
+}
+
+func TestGroupWritesNeedNoUser(t *testing.T) {
+	n, dir := newNotes(t, memcfg.ScopeUser)
+	rel, err := n.AppendDaily(notes.Scope{Channel: "telegram", ChatID: "-500", IsGroup: true}, time.Date(2025, 3, 4, 12, 0, 0, 0, time.UTC), "## Daily summary\n\n- shipped")
+	if err != nil || rel != "memory/chats/telegram/-500/2025-03-04.md" {
+		t.Fatalf("AppendDaily for a group without a user = %q, %v", rel, err)
+	}
+	if !strings.Contains(readFile(t, dir, rel), "- shipped") {
+		t.Error("group summary not written")
+	}
+	if _, err := n.AppendDaily(notes.Scope{Channel: "telegram", ChatID: "1"}, time.Now(), "x"); !errors.Is(err, notes.ErrScope) {
+		t.Errorf("private AppendDaily without a user = %v, want ErrScope", err)
+	}
+}

@@ -556,6 +556,9 @@ func (x *Index) write(ctx context.Context, docs []*doc) (Report, error) {
 			if err == nil && len(vecs) != len(texts) {
 				err = fmt.Errorf("%d vectors for %d texts", len(vecs), len(texts))
 			}
+			if err != nil && ctx.Err() != nil {
+				return rep, ctx.Err() // shutting down: not the endpoint's fault
+			}
 			if err != nil {
 				x.embedErrs.Add(1)
 				x.embedPause = x.now().Add(embedRetry)

@@ -249,3 +249,21 @@ func mustNotes(t *testing.T) *notes.Notes {
 	}
 	return n
 }
+
+func TestPromptRules(t *testing.T) {
+	private := memtools.PromptRules(false, false)
+	for _, want := range []string{"memory_search", "memory_get", "memory_write", `kind "core"`, `kind "daily"`, "secrets"} {
+		if !strings.Contains(private, want) {
+			t.Errorf("rules lack %q", want)
+		}
+	}
+	if strings.Contains(private, "group") {
+		t.Error("private rules talk about groups")
+	}
+	if g := memtools.PromptRules(false, true); !strings.Contains(g, "group's notes") || !strings.Contains(g, "do not reveal") {
+		t.Errorf("group rules = %q", g)
+	}
+	if g := memtools.PromptRules(true, true); strings.Contains(g, "group's notes") {
+		t.Error("shared-scope rules describe group notes")
+	}
+}

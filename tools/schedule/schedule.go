@@ -258,7 +258,12 @@ func (s *Scheduler) fire(ctx context.Context, t *Task, now time.Time) {
 	}
 	if err == nil && s.afterPublish != nil {
 		if err = s.afterPublish(t); err != nil {
-			return // as if the process died here: nothing recorded
+			// As if the process died here: nothing is recorded, and this
+			// scheduler does not try again.
+			s.mu.Lock()
+			s.retry[t.ID] = now.Add(100 * 365 * 24 * time.Hour)
+			s.mu.Unlock()
+			return
 		}
 	}
 	if err != nil {

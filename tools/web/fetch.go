@@ -164,8 +164,6 @@ func (t *fetchTool) fetch(ctx context.Context, u *url.URL) (*page, error) {
 		Proxy:                  nil,
 		DialContext:            t.guard.DialContext,
 		DisableKeepAlives:      true,
-		TLSHandshakeTimeout:    t.cfg.Timeout,
-		ResponseHeaderTimeout:  t.cfg.Timeout,
 		MaxResponseHeaderBytes: 64 << 10,
 	}
 	defer tr.CloseIdleConnections()

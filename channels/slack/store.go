@@ -1,0 +1,193 @@
+package slack
+
+import (
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Bounds of the adapter's remembered state.
+const (
+	// maxThreads bounds the threads remembered as answered by the bot.
+	maxThreads = 20000
+	// maxDenied bounds the users remembered as told they are not allowed.
+	maxDenied = 10000
+	// maxSent bounds the final outbound ids remembered as shown.
+	maxSent = 50000
+	// sentTTL is how long a shown final outbound id is remembered: longer
+	// than the outbound stream keeps messages (24 h), so a redelivery is
+	// always recognised.
+	sentTTL = 48 * time.Hour
+)
+
+// Bucket names in slack.db.
+var (
+	bucketThreads = []byte("threads")
+	bucketDenied  = []byte("denied")
+	bucketSent    = []byte("sent")
+)
+
+// store remembers, across restarts when it has a file, the threads the bot
+// answered in (for the mention_or_thread trigger), the users already told
+// that they are not allowed, and the final outbound messages already shown
+// (so a redelivered final is not posted twice). Every set is bounded: the
+// oldest entries are forgotten first. It is safe for concurrent use; reads
+// are served from memory.
+type store struct {
+	db  *bolt.DB // nil: in memory only
+	now func() time.Time
+
+	mu   sync.Mutex
+	sets map[string]*boundedSet // by bucket name
+}
+
+// boundedSet is one remembered set: key → unix seconds last touched.
+type boundedSet struct {
+	bucket []byte
+	max    int
+	m      map[string]int64
+}
+
+// openStore opens (creating) the bbolt file at path and loads it; an empty
+// path keeps everything in memory. Final ids older than sentTTL are
+// dropped on load.
+func openStore(path string, now func() time.Time) (*store, error) {
+	s := &store{now: now, sets: map[string]*boundedSet{
+		string(bucketThreads): {bucket: bucketThreads, max: maxThreads, m: map[string]int64{}},
+		string(bucketDenied):  {bucket: bucketDenied, max: maxDenied, m: map[string]int64{}},
+		string(bucketSent):    {bucket: bucketSent, max: maxSent, m: map[string]int64{}},
+	}}
+	if path == "" {
+		return s, nil
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("slack: open %s: %w", path, err)
+	}
+	cutoff := now().Add(-sentTTL).Unix()
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, set := range s.sets {
+			b, err := tx.CreateBucketIfNotExists(set.bucket)
+			if err != nil {
+				return err
+			}
+			var stale [][]byte
+			err = b.ForEach(func(k, v []byte) error {
+				if len(v) != 8 {
+					stale = append(stale, k)
+					return nil
+				}
+				t := int64(binary.BigEndian.Uint64(v))
+				if string(set.bucket) == string(bucketSent) && t < cutoff {
+					stale = append(stale, k)
+					return nil
+				}
+				set.m[string(k)] = t
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			for _, k := range stale {
+				if err := b.Delete(k); err != nil {
+					return err
+				}
+			}
+			for _, k := range set.evict() {
+				if err := b.Delete([]byte(k)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("slack: load %s: %w", path, err)
+	}
+	s.db = db
+	return s, nil
+}
+
+// evict removes the oldest entries beyond max (a tenth of max at once, so
+// eviction is rare) and returns their keys.
+func (b *boundedSet) evict() []string {
+	if len(b.m) <= b.max {
+		return nil
+	}
+	keys := slices.Collect(maps.Keys(b.m))
+	slices.SortFunc(keys, func(x, y string) int { return cmp.Or(cmp.Compare(b.m[x], b.m[y]), cmp.Compare(x, y)) })
+	n := len(b.m) - b.max + b.max/10
+	keys = keys[:min(n, len(keys))]
+	for _, k := range keys {
+		delete(b.m, k)
+	}
+	return keys
+}
+
+// has reports whether key is in the set of bucket.
+func (s *store) has(bucket []byte, key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.sets[string(bucket)].m[key]
+	return ok
+}
+
+// add puts key in the set of bucket (refreshing its time) and reports
+// whether it was new. With a file, the change is durable when add returns
+// nil; on a write error the key stays remembered in memory.
+func (s *store) add(bucket []byte, key string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set := s.sets[string(bucket)]
+	_, had := set.m[key]
+	now := s.now().Unix()
+	set.m[key] = now
+	evicted := set.evict()
+	if s.db == nil {
+		return !had, nil
+	}
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], uint64(now))
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(set.bucket)
+		if b == nil {
+			return errors.New("bucket missing")
+		}
+		for _, k := range evicted {
+			if err := b.Delete([]byte(k)); err != nil {
+				return err
+			}
+		}
+		return b.Put([]byte(key), v[:])
+	})
+	if err != nil {
+		return !had, fmt.Errorf("slack: store %s: %w", set.bucket, err)
+	}
+	return !had, nil
+}
+
+// threadKey is the key of a thread in bucketThreads.
+func threadKey(channel, threadTS string) string { return channel + "/" + threadTS }
+
+// close closes the file, if any. It is idempotent.
+func (s *store) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.db == nil {
+		return nil
+	}
+	err := s.db.Close()
+	s.db = nil
+	if err != nil {
+		return fmt.Errorf("slack: close store: %w", err)
+	}
+	return nil
+}

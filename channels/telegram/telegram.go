@@ -1,0 +1,358 @@
+// Package telegram is Switchboard's Telegram channel: it turns Telegram
+// Bot API updates into inbound envelopes on "<p>.in.telegram.<chat>" and
+// renders the outbound envelopes of "<p>.out.telegram.>" back into
+// Telegram messages (docs/telegram.md, docs/bus-protocol.md).
+//
+// It is built on github.com/go-telegram-bot-api/telegram-bot-api/v5 (the
+// types, the request encoding and error decoding) and on the bridge kit
+// [switchboard/bus/bridge] (publishing and consuming on the bus), with its
+// own receive loop:
+//
+//   - Receiving without loss or duplicates: getUpdates is polled by a loop
+//     of its own (never the library's update channel, which confirms updates
+//     before they are handled). Each update is published through JetStream
+//     with the id "<bot id>:<update_id>", so its Nats-Msg-Id is
+//     "telegram:<bot id>:<update_id>", the same on every redelivery, and
+//     the offset is stored in bbolt only after the stream acknowledged every
+//     update before it. A crash at any point loses nothing; what is
+//     published again is dropped by the stream's and the runtime's
+//     de-duplication. Webhook mode answers Telegram only after the publish
+//     is acknowledged.
+//   - Access: deny by default (Config.AllowUsers); a denied user gets one
+//     reply with their numeric id, then silence.
+//   - Groups: the bot is addressed by a mention entity (UTF-16 offsets), a
+//     text mention, a reply to its message, or its commands; the mention is
+//     stripped. One session per group, one per forum topic.
+//   - Rendering: streamed deltas as plain text edits (at most one edit per
+//     second per chat), the final reply as Telegram HTML split at 4096
+//     UTF-16 units, with a plain-text fallback; typing kept alive while a
+//     turn runs; per-chat, group and global rate limits; 429 waits.
+//   - Media: photos become image attachments, documents and other files
+//     are saved in the workspace inbox/ and referenced in the text, voice
+//     notes are transcribed when a [Transcriber] is given.
+package telegram
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
+	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
+
+	"switchboard/bus"
+	"switchboard/bus/bridge"
+	"switchboard/channels"
+)
+
+// Name is the channel instance name, the <channel> token of its subjects.
+const Name = "telegram"
+
+// Transcriber turns a voice note into text (an OpenAI-compatible
+// /audio/transcriptions endpoint, see llm.Transcriber). It must be safe for
+// concurrent use and return promptly when ctx ends.
+type Transcriber interface {
+	Transcribe(ctx context.Context, fileName string, audio []byte) (string, error)
+}
+
+// Deps are the adapter's collaborators. Conn and StatePath are required.
+type Deps struct {
+	// Conn is the daemon's NATS connection; the caller owns it and keeps
+	// it open while Run runs.
+	Conn *nats.Conn
+	// Subjects is the subject scheme (bus.subject_prefix).
+	Subjects bus.Subjects
+	// MaxTextBytes is bus.max_text_bytes (0: the default).
+	MaxTextBytes int
+	// StatePath is the bbolt file holding the getUpdates offset
+	// (data_dir/telegram.db); used in polling mode.
+	StatePath string
+	// Files is the workspace root; documents and voice notes are saved
+	// under inbox/telegram/ in it. Nil: files are only described in the
+	// text, not saved.
+	Files *os.Root
+	// Transcriber, when not nil, turns voice notes into text.
+	Transcriber Transcriber
+	// HTTPClient sends the Bot API requests (nil: a client of its own).
+	// It must not have a Timeout shorter than the long poll; the adapter
+	// bounds every request with a context.
+	HTTPClient *http.Client
+	// Log receives the adapter's log lines; nil discards them.
+	Log *slog.Logger
+	// Status receives health changes for the daemon's readiness check.
+	Status channels.StatusFunc
+}
+
+// Adapter is the Telegram channel. Build it with [New], run it once with
+// [Adapter.Run]. Name is safe for concurrent use.
+type Adapter struct {
+	cfg        Config
+	deps       Deps
+	log        *slog.Logger
+	client     *bridge.Client
+	api        *api
+	access     access
+	lim        *limits
+	turns      *turns
+	typing     *typer
+	denied     *memo
+	migrations migrations
+	status     statusReporter
+	tune       tuning
+
+	// Set by Run before any goroutine starts, read-only afterwards.
+	self     tgbotapi.User
+	selfName string // "@username", lower-case
+
+	running  atomic.Bool
+	webhooks sync.Mutex // webhook updates are handled one at a time, in order
+}
+
+// tuning holds the adapter's clocks and bounds; tests shorten them.
+type tuning struct {
+	now           func() time.Time
+	retryBackoff  func(n int) time.Duration // network and 5xx retries
+	conflictGrace time.Duration             // 409s tolerated before Run fails
+	typingEvery   time.Duration             // typing refresh
+	typingMax     time.Duration             // a turn's typing ends after this at the latest
+	sendTimeout   time.Duration             // bound on one best-effort send (welcome, denial)
+	deniedEvery   time.Duration             // a denied user is told again after this
+	webhookReady  func(net.Addr)            // called once the webhook listens
+	maxImage      int64                     // effective image cap (config, bus payload)
+}
+
+func defaultTuning() tuning {
+	return tuning{
+		now:           time.Now,
+		retryBackoff:  backoff(time.Second, time.Minute),
+		conflictGrace: 2 * time.Minute,
+		typingEvery:   4 * time.Second,
+		typingMax:     10 * time.Minute,
+		sendTimeout:   30 * time.Second,
+		deniedEvery:   24 * time.Hour,
+	}
+}
+
+// New validates cfg and deps and returns the adapter. It does no I/O. cfg
+// must be enabled (a token set): the caller decides what an empty token
+// means.
+func New(cfg Config, deps Deps) (*Adapter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("telegram: config: %w", err)
+	}
+	if !cfg.Enabled() {
+		return nil, fmt.Errorf("telegram: config: %s: required", key("token"))
+	}
+	if deps.Conn == nil {
+		return nil, errors.New("telegram: deps: Conn is nil")
+	}
+	if cfg.Mode == ModePolling && deps.StatePath == "" {
+		return nil, errors.New("telegram: deps: StatePath is empty")
+	}
+	if deps.Subjects.Prefix == "" {
+		deps.Subjects.Prefix = bus.DefaultPrefix
+	}
+	if deps.Log == nil {
+		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	if deps.HTTPClient == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		deps.HTTPClient = &http.Client{Transport: tr}
+	}
+	log := deps.Log.With("component", "telegram", "channel", Name)
+	client, err := bridge.New(deps.Conn, bridge.Options{
+		Channel:       Name,
+		SubjectPrefix: deps.Subjects.Prefix,
+		MaxTextBytes:  deps.MaxTextBytes,
+		Log:           deps.Log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("telegram: %w", err)
+	}
+	files, _ := fileEndpoint(cfg.APIEndpoint) // checked by Validate
+	a := &Adapter{
+		cfg:    cfg,
+		deps:   deps,
+		log:    log,
+		client: client,
+		api:    &api{token: cfg.Token, endpoint: cfg.APIEndpoint, files: files, hc: deps.HTTPClient, unit: time.Second},
+		access: newAccess(cfg.AllowUsers),
+		lim:    newLimits(privateRate, groupRate, globalRate, globalBurst),
+		turns:  newTurns(maxTurns),
+		denied: newMemo(maxDenied),
+		status: statusReporter{f: deps.Status},
+		tune:   defaultTuning(),
+	}
+	a.typing = newTyper(a)
+	return a, nil
+}
+
+// Name returns "telegram".
+func (a *Adapter) Name() string { return Name }
+
+var _ channels.Channel = (*Adapter)(nil)
+
+// Run connects to Telegram (getMe), registers the bot's commands, and then
+// receives updates (polling or webhook) and delivers outbound envelopes
+// until ctx is cancelled; it then stops every goroutine it started and
+// returns nil. It returns an error when the token is rejected
+// ([ErrUnauthorized]), when another instance keeps polling with the same
+// token for longer than a grace period ([ErrConflict]), when the offset
+// file or the webhook listener cannot be opened, or when the bus refuses
+// the outbound consumer. Transient failures are retried with capped
+// exponential backoff and reported through Deps.Status. Run may be called
+// once.
+func (a *Adapter) Run(ctx context.Context) error {
+	if !a.running.CompareAndSwap(false, true) {
+		return errors.New("telegram: Run called twice")
+	}
+	defer a.client.Close()
+	a.tune.maxImage = a.imageCap()
+	if err := a.connect(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		a.status.set(err)
+		return err
+	}
+	a.registerCommands(ctx)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return a.client.ConsumeOutbound(gctx, a.handleOutbound) })
+	g.Go(func() error { a.typing.run(gctx); return nil })
+	g.Go(func() error {
+		if a.cfg.Mode == ModeWebhook {
+			return a.serveWebhook(gctx)
+		}
+		return a.poll(gctx)
+	})
+	err := g.Wait()
+	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
+		a.log.Info("telegram channel stopped")
+		return nil
+	}
+	if err != nil {
+		a.status.set(err)
+	}
+	return err
+}
+
+// imageCap is the largest photo passed inline: the configured cap, lowered
+// so that its base64 form fits the connection's payload limit with room
+// for the rest of the envelope.
+func (a *Adapter) imageCap() int64 {
+	c := a.cfg.MaxImageBytes
+	if mp := a.deps.Conn.MaxPayload(); mp > 0 {
+		room := (mp - 128<<10) / 4 * 3
+		if room > 0 && room < c {
+			c = room
+		}
+	}
+	return c
+}
+
+// connect calls getMe until it succeeds, retrying transient failures with
+// backoff; a rejected token is returned at once.
+func (a *Adapter) connect(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		me, err := a.api.getMe(cctx)
+		cancel()
+		if err == nil {
+			a.self = me
+			a.selfName = "@" + lower(me.UserName)
+			a.log.Info("connected to Telegram", "bot", "@"+me.UserName, "bot_id", me.ID, "mode", a.cfg.Mode,
+				"privacy_mode", !me.CanReadAllGroupMessages)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, ErrUnauthorized) {
+			return fmt.Errorf("%w: %w", ErrUnauthorized, err)
+		}
+		if _, ok := asAPI(err); ok && !transient(err) {
+			return err // names getMe already
+		}
+		wait := a.wait(err, attempt)
+		a.report(err, wait)
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
+
+// wait returns how long to wait before retry number attempt after err:
+// a 429's retry_after, else the capped exponential backoff.
+func (a *Adapter) wait(err error, attempt int) time.Duration {
+	if ra, ok := retryAfter(err); ok {
+		return max(ra, a.api.unit)
+	}
+	return a.tune.retryBackoff(attempt)
+}
+
+// report logs a retried failure and marks the channel unhealthy.
+func (a *Adapter) report(err error, wait time.Duration) {
+	a.log.Warn("Telegram request failed; retrying", "err", err, "retry_in", wait)
+	a.status.set(fmt.Errorf("%w (retrying in %s)", err, wait.Round(time.Millisecond)))
+}
+
+// commands are the commands shown in Telegram's command menu.
+var commands = []tgbotapi.BotCommand{
+	{Command: "start", Description: "Say hello"},
+	{Command: "new", Description: "Start a fresh conversation"},
+	{Command: "stop", Description: "Stop the request that is running"},
+	{Command: "steer", Description: "Redirect the running request: /steer <text>"},
+	{Command: "compact", Description: "Fold older turns into a summary"},
+	{Command: "help", Description: "List the commands"},
+	{Command: "status", Description: "Show this chat's session state"},
+}
+
+// registerCommands sets the command menu (setMyCommands). A failure only
+// costs the menu, so it is logged, not fatal.
+func (a *Adapter) registerCommands(ctx context.Context) {
+	data, err := jsonString(commands)
+	if err != nil {
+		a.log.Warn("encode bot commands", "err", err)
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, a.tune.sendTimeout)
+	defer cancel()
+	if err := a.api.call(cctx, "setMyCommands", tgbotapi.Params{"commands": data}, nil); err != nil && ctx.Err() == nil {
+		a.log.Warn("could not register the bot's commands (setMyCommands); the command menu may be out of date", "err", err)
+	}
+}
+
+// statusReporter forwards health changes to a StatusFunc, dropping repeats
+// of the healthy state. Safe for concurrent use.
+type statusReporter struct {
+	f       channels.StatusFunc
+	mu      sync.Mutex
+	healthy bool
+}
+
+func (s *statusReporter) set(err error) {
+	if s.f == nil {
+		return
+	}
+	s.mu.Lock()
+	if err == nil && s.healthy {
+		s.mu.Unlock()
+		return
+	}
+	s.healthy = err == nil
+	s.mu.Unlock()
+	s.f(err)
+}
+
+// chatKey renders a Telegram chat id as the envelope's chat_id.
+func chatKey(id int64) string { return strconv.FormatInt(id, 10) }

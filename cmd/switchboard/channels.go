@@ -1,0 +1,29 @@
+package main
+
+import (
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+
+	"switchboard/bus"
+	"switchboard/workspace"
+)
+
+// channelDeps is what the daemon gives a built-in channel adapter besides
+// its configuration section.
+type channelDeps struct {
+	// Conn is the daemon's NATS connection (the adapter never closes it).
+	Conn *nats.Conn
+	// Subjects is the bus's subject scheme (bus.subject_prefix).
+	Subjects bus.Subjects
+	// Workspace is the agent's workspace; adapters save shared files in
+	// its inbox/ folder. It may be nil.
+	Workspace *workspace.Workspace
+	// DataDir is data_dir, where adapters keep their state files.
+	DataDir string
+	// Log is the process logger.
+	Log *slog.Logger
+	// Status reports a component's readiness (admin.Server.SetReady); nil
+	// means nobody listens.
+	Status func(component string, err error)
+}
