@@ -41,6 +41,9 @@ type Deps struct {
 	Observer Observer
 	// Skills, when set, adds the skills section to the system prompt.
 	Skills SkillsSection
+	// Memory, when set, gives each turn its scoped long-term memory in
+	// place of the workspace MEMORY.md.
+	Memory Memory
 }
 
 // SkillsSection renders the prompt's list of skills (name, description,

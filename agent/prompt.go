@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"switchboard/tools"
+	"switchboard/workspace"
 )
 
 // turnFacts are the runtime facts of one turn that enter the system prompt.
@@ -21,7 +22,7 @@ type turnFacts struct {
 // buildPrompt assembles the system prompt: tool rules, workspace rules, the
 // prompt files, then runtime facts (DESIGN.md §6.1). It is rebuilt for every
 // turn; the workspace's stat cache makes unchanged files free.
-func buildPrompt(ws PromptFiles, toolList []tools.Tool, summary, skills string, f turnFacts) (string, error) {
+func buildPrompt(ws PromptFiles, toolList []tools.Tool, summary, skills string, mem *MemoryView, f turnFacts) (string, error) {
 	var b strings.Builder
 	b.Grow(4096)
 	b.WriteString("You are Switchboard, an assistant people reach through chat apps. Your persona, the user and the rules are described below.\n\n")
@@ -45,19 +46,42 @@ func buildPrompt(ws PromptFiles, toolList []tools.Tool, summary, skills string, 
 	b.WriteString("## Workspace\n\n")
 	fmt.Fprintf(&b, "Your workspace folder is %s. File tools take paths relative to it and cannot leave it. "+
 		"AGENT.md, USER.md, RULE.md and MEMORY.md are already loaded below: do not read them again. "+
-		"Edit them with your tools when the user asks you to remember something or to change how you behave.\n\n", ws.Dir())
+		"Edit AGENT.md and RULE.md with your tools when the user asks you to change how you behave; "+
+		"keep what you learn about users in memory (see Memory below, or MEMORY.md).\n\n", ws.Dir())
 
 	files, err := ws.PromptFiles()
 	if err != nil {
 		return "", fmt.Errorf("agent: prompt files: %w", err)
 	}
 	for _, pf := range files {
+		if mem != nil && (pf.Name == workspace.MemoryFile || (pf.Name == workspace.UserFile && mem.User != "")) {
+			continue // scoped memory replaces them
+		}
 		fmt.Fprintf(&b, "## %s\n\n", pf.Name)
 		if pf.Truncated {
 			b.WriteString("(only the most recent part of this file is shown)\n\n")
 		}
 		b.WriteString(strings.TrimSpace(pf.Content))
 		b.WriteString("\n\n")
+	}
+	if mem != nil {
+		if mem.User != "" {
+			b.WriteString("## USER.md (this user's own)\n\n")
+			b.WriteString(strings.TrimSpace(mem.User))
+			b.WriteString("\n\n")
+		}
+		for _, s := range mem.Sections {
+			fmt.Fprintf(&b, "## %s\n\n", s.Title)
+			if s.Truncated {
+				b.WriteString("(only the most recent part is shown; use memory_search for older notes)\n\n")
+			}
+			b.WriteString(strings.TrimSpace(s.Content))
+			b.WriteString("\n\n")
+		}
+		if r := strings.TrimSpace(mem.Rules); r != "" {
+			b.WriteString(r)
+			b.WriteString("\n\n")
+		}
 	}
 
 	if summary != "" {

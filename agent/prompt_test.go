@@ -30,7 +30,7 @@ func TestBuildPromptGolden(t *testing.T) {
 	}}
 	tl := []tools.Tool{&fakeTool{name: "read_file"}, &fakeTool{name: "list_dir"}}
 	now := time.Date(2026, 11, 30, 9, 5, 0, 0, time.FixedZone("CET", 3600))
-	got, err := buildPrompt(ws, tl, "", "", turnFacts{Now: now, Model: "gpt-x", Channel: "telegram", IsGroup: true, UserID: "42", UserName: "Ann"})
+	got, err := buildPrompt(ws, tl, "", "", nil, turnFacts{Now: now, Model: "gpt-x", Channel: "telegram", IsGroup: true, UserID: "42", UserName: "Ann"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +49,43 @@ func TestBuildPromptGolden(t *testing.T) {
 	}
 }
 
+func TestBuildPromptWithMemorySkillsAndSummary(t *testing.T) {
+	ws := staticPrompts{dir: "/srv/ws", files: []workspace.PromptFile{
+		{Name: "AGENT.md", Content: "You are helpful."},
+		{Name: "USER.md", Content: "Workspace-wide user notes."},
+		{Name: "MEMORY.md", Content: "shared file shown through the view instead"},
+	}}
+	mem := &MemoryView{
+		User:     "Ann prefers short answers.",
+		Sections: []MemorySection{{Title: "Shared notes", Content: "- office closes at 6"}, {Title: "Private notes about the speaker", Content: "- Ann's cat is Mia", Truncated: true}},
+		Rules:    "## Memory\n\nUse memory_search before answering about the past.",
+	}
+	now := time.Date(2026, 11, 30, 9, 5, 0, 0, time.UTC)
+	got, err := buildPrompt(ws, nil, "- earlier: Ann asked about taxes", "## Skills\n\n- pdf: read PDFs (skills/pdf/SKILL.md)", mem,
+		turnFacts{Now: now, Model: "m", Channel: "slack", UserID: "U1", UserName: "Ann"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "prompt_memory.golden")
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Fatalf("prompt differs from %s (run with -update):\n%s", golden, got)
+	}
+	for _, hidden := range []string{"Workspace-wide user notes", "shared file shown through the view instead"} {
+		if strings.Contains(got, hidden) {
+			t.Fatalf("%q should be replaced by the scoped memory", hidden)
+		}
+	}
+}
+
 // TestBuildPromptFollowsEdits uses the real workspace: an edit shows up on
 // the next build, and unchanged files are not re-read.
 func TestBuildPromptFollowsEdits(t *testing.T) {
@@ -59,11 +96,11 @@ func TestBuildPromptFollowsEdits(t *testing.T) {
 	}
 	defer ws.Close()
 	f := turnFacts{Now: time.Now(), Model: "m", Channel: "console"}
-	if _, err := buildPrompt(ws, nil, "", "", f); err != nil {
+	if _, err := buildPrompt(ws, nil, "", "", nil, f); err != nil {
 		t.Fatal(err)
 	}
 	reads := ws.Reads()
-	p, err := buildPrompt(ws, nil, "", "", f)
+	p, err := buildPrompt(ws, nil, "", "", nil, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +113,7 @@ func TestBuildPromptFollowsEdits(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "USER.md"), []byte("The user wants you to speak like a robot."), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p, err = buildPrompt(ws, nil, "", "", f)
+	p, err = buildPrompt(ws, nil, "", "", nil, f)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,7 @@ type session struct {
 
 	loaded  bool
 	history []memory.Message // context cache, oldest first
+	speaker Speaker          // who the last turn was for (session goroutine only)
 }
 
 func (s *session) summary() string {
@@ -254,9 +255,21 @@ func (s *session) turn(ctx context.Context, it item) {
 	sink.Event(bus.EventTurnStart, map[string]any{"id": in.ID})
 	facts := turnFacts{Now: now, Model: m.opt.ModelName, Channel: in.Channel, IsGroup: in.IsGroup, UserID: in.UserID, UserName: in.UserName}
 
+	// Scoped long-term memory for this speaker.
+	var mem *MemoryView
+	speaker := Speaker{Channel: in.Channel, ChatID: in.ChatID, UserID: in.UserID, IsGroup: in.IsGroup}
+	if m.deps.Memory != nil {
+		if v, err := m.deps.Memory.View(speaker); err != nil {
+			log.Warn("long-term memory unavailable for this turn", "err", err)
+		} else {
+			mem = &v
+		}
+	}
+	s.speaker = speaker
+
 	// Fit the context once, before the loop, by whole turns.
 	user := userMessage(in, now)
-	system, err := buildPrompt(m.deps.Prompts, m.exec.Tools(), s.summary(), m.skillsSection(), facts)
+	system, err := buildPrompt(m.deps.Prompts, m.exec.Tools(), s.summary(), m.skillsSection(), mem, facts)
 	if err != nil {
 		log.Error("system prompt failed", "err", err)
 		m.finishSimple(ctx, in, it.d, bus.KindError, "Sorry, I could not read my workspace files. The operator can find details in the log.", false)
@@ -267,7 +280,7 @@ func (s *session) turn(ctx context.Context, it item) {
 	if len(dropped) > 0 {
 		s.history = kept
 		s.summarize(ctx, dropped)
-		if system, err = buildPrompt(m.deps.Prompts, m.exec.Tools(), s.summary(), m.skillsSection(), facts); err != nil {
+		if system, err = buildPrompt(m.deps.Prompts, m.exec.Tools(), s.summary(), m.skillsSection(), mem, facts); err != nil {
 			log.Error("system prompt failed", "err", err)
 		}
 	}
@@ -354,6 +367,12 @@ func (s *session) summarize(_ context.Context, dropped []memory.Message) {
 	prev := s.summary()
 	base := digest(prev, dropped)
 	s.setSummary(base)
+	if mem := s.m.deps.Memory; mem != nil && s.speaker.Channel != "" {
+		// The daily notes keep what left the context (dated, searchable).
+		if err := mem.NoteSummary(s.speaker, s.m.opt.Now(), digest("", dropped)); err != nil {
+			s.m.log.Warn("could not write the daily note", "session", s.key, "err", err)
+		}
+	}
 	if s.m.deps.Summarizer != nil {
 		s.m.enqueueSummary(summaryJob{s: s, base: base, previous: prev, dropped: append([]memory.Message(nil), dropped...)})
 	}

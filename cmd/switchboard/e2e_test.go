@@ -582,3 +582,45 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestE2EGroupMemoryStaysPrivate: in a group, one member's private memory
+// is in the system prompt of their own turns only, and the file tools
+// cannot read it for another member.
+func TestE2EGroupMemoryStaysPrivate(t *testing.T) {
+	model := llmtest.NewServer(t)
+	model.Enqueue(
+		llmtest.TextReply("hi Alice"),
+		llmtest.Reply{ToolCalls: []llmtest.ToolCall{{ID: "c", Name: "read_file", Arguments: `{"path":"memory/users/console/alice/MEMORY.md"}`}}},
+		llmtest.TextReply("hi Bob"),
+	)
+	cfg := testConfig(t, model.URL())
+	d := startDaemon(t, cfg)
+	dir := filepath.Join(cfg.Agent.Workspace, "memory", "users", "console", "alice")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "MEMORY.md"), []byte("- Alice's PIN hint is 'blue whale'"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := d.collectOut(t, "g1")
+	for _, m := range []struct{ id, user string }{{"a1", "alice"}, {"b1", "bob"}} {
+		bustest.PublishInbound(t, d.nc, d.subjects(), bus.Inbound{V: 1, ID: m.id, Channel: "console", ChatID: "g1", UserID: m.user,
+			UserName: m.user, Text: "hello", IsGroup: true, Mentioned: true})
+		out.WaitOutbound(t, wait, finalFor(m.id))
+	}
+	reqs := model.Requests()
+	if !strings.Contains(reqs[0].Body.Messages[0].Content, "blue whale") {
+		t.Fatal("Alice's own memory is missing from her turn")
+	}
+	for _, r := range reqs[1:] {
+		for _, m := range r.Body.Messages {
+			if strings.Contains(llmtest.MessageText(m), "blue whale") {
+				t.Fatalf("Alice's private memory reached Bob's turn in a %s message", m.Role)
+			}
+		}
+	}
+	last := reqs[2].Body.Messages
+	if res := last[len(last)-1]; res.Role != "tool" || !strings.Contains(res.Content, "another user's private memory") {
+		t.Fatalf("read_file of Alice's memory for Bob = %+v", res)
+	}
+}

@@ -107,7 +107,12 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 			"Set OPENAI_API_KEY (and OPENAI_BASE_URL / OPENAI_MODEL for other OpenAI-compatible servers such as Ollama or vLLM), " +
 			"or edit the llm section of the config file")
 	}
-	built, runTools, err := buildTools(cfg, ws, b, log)
+	mem, err := buildMemory(cfg, ws, model, log)
+	if err != nil {
+		return err
+	}
+	defer mem.close()
+	built, runTools, err := buildTools(cfg, ws, b, log, mem.guard, mem.tools...)
 	if err != nil {
 		return err
 	}
@@ -116,6 +121,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	toolsCtx, stopTools := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopTools()
 	g.Go(func() error { return runTools(toolsCtx) })
+	g.Go(func() error { return mem.run(toolsCtx) })
+	g.Go(func() error {
+		return boltstore.Pruner{Store: bolt, Retention: cfg.Memory.RetentionPeriod(), Log: log}.Run(gctx)
+	})
 	mgr, err := agent.NewManager(cfg.Agent, agent.Options{
 		Subjects:        b.Subjects(),
 		MaxTextBytes:    cfg.Bus.MaxTextBytes,
@@ -127,7 +136,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		ReadFile:        ws.ReadText,
 	}, agent.Deps{Source: b, Publisher: b, Store: store, Model: model, Tools: built.Toolbox, Prompts: ws, Log: log,
-		Summarizer: summarizer(cfg.LLM, model), Observer: mx, Skills: built.Skills})
+		Summarizer: summarizer(cfg.LLM, model), Observer: mx, Skills: built.Skills, Memory: mem})
 	if err != nil {
 		return err
 	}

@@ -62,10 +62,12 @@ type builtTools struct {
 // catalog as fallback, and the MCP manager as a dynamic source. It opens
 // data_dir/tools.db. Nothing runs in the background yet: run does that
 // (the scheduler, MCP connections, bash's background jobs) until its ctx
-// is cancelled, then closes tools.db and returns nil. Call run exactly
+// is cancelled, then closes tools.db and returns nil. guard (may be nil)
+// hides paths from the file tools per session: another user's private
+// memory. Call run exactly
 // once, as soon as buildTools succeeded; the toolbox must not be used
 // after run returned. On error nothing is left open.
-func buildTools(cfg Config, ws *workspace.Workspace, pub toolsPublisher, log *slog.Logger, extra ...tools.Tool) (*builtTools, func(context.Context) error, error) {
+func buildTools(cfg Config, ws *workspace.Workspace, pub toolsPublisher, log *slog.Logger, guard files.Guard, extra ...tools.Tool) (*builtTools, func(context.Context) error, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -80,7 +82,7 @@ func buildTools(cfg Config, ws *workspace.Workspace, pub toolsPublisher, log *sl
 	if err != nil {
 		return nil, nil, fmt.Errorf("tools: open %s: %w", path, err)
 	}
-	built, run, err := assembleTools(cfg, ws, db, pub, log, extra)
+	built, run, err := assembleTools(cfg, ws, db, pub, log, guard, extra)
 	if err != nil {
 		_ = db.Close()
 		return nil, nil, err
@@ -88,7 +90,7 @@ func buildTools(cfg Config, ws *workspace.Workspace, pub toolsPublisher, log *sl
 	return built, run, nil
 }
 
-func assembleTools(cfg Config, ws *workspace.Workspace, db *bolt.DB, pub toolsPublisher, log *slog.Logger, extra []tools.Tool) (*builtTools, func(context.Context) error, error) {
+func assembleTools(cfg Config, ws *workspace.Workspace, db *bolt.DB, pub toolsPublisher, log *slog.Logger, guard files.Guard, extra []tools.Tool) (*builtTools, func(context.Context) error, error) {
 	subj := bus.Subjects{Prefix: cfg.Bus.SubjectPrefix}
 	chats, err := message.NewChats(db)
 	if err != nil {
@@ -98,9 +100,9 @@ func assembleTools(cfg Config, ws *workspace.Workspace, db *bolt.DB, pub toolsPu
 	if err != nil {
 		return nil, nil, err
 	}
-	list := files.New(ws)
+	list := files.New(ws, files.WithGuard(guard))
 	list = append(list,
-		files.NewSearch(ws, cfg.Tools.SearchFiles),
+		files.NewSearch(ws, cfg.Tools.SearchFiles, files.WithGuard(guard)),
 		web.NewFetch(cfg.Tools.WebFetch),
 		message.New(ws, chats, pub, subj, cfg.Tools.SendMessage),
 		sched.Tool(),

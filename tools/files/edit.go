@@ -12,10 +12,9 @@ import (
 	"strings"
 
 	"switchboard/tools"
-	"switchboard/workspace"
 )
 
-type editFile struct{ ws *workspace.Workspace }
+type editFile struct{ guarded }
 
 func (*editFile) Name() string { return "edit_file" }
 
@@ -49,7 +48,7 @@ func (t *editFile) Run(ctx context.Context, call tools.Call) (tools.Result, erro
 	if err := tools.DecodeArgs(call.Args, &a); err != nil {
 		return tools.Result{}, err
 	}
-	rel, err := resolve(t.ws, a.Path, true)
+	rel, err := t.resolve(call.Session, a.Path, true)
 	if err != nil {
 		return tools.Result{}, err
 	}

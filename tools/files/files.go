@@ -35,29 +35,66 @@ const (
 	sniffLen = 8192
 )
 
+// Guard reports whether the session may see a workspace path (relative to
+// the workspace, slash-separated). The daemon uses it to keep one user's
+// private memory folder out of another user's turn. It must be safe for
+// concurrent use.
+type Guard func(s tools.Session, rel string) bool
+
+// Option configures the file tools.
+type Option func(*guarded)
+
+// WithGuard hides the paths g refuses: reading, writing, editing, listing
+// and searching them fail (or skip them) as if they were not there for
+// that session. A nil g allows everything.
+func WithGuard(g Guard) Option { return func(o *guarded) { o.guard = g } }
+
+// guarded is embedded by every tool of this package.
+type guarded struct {
+	ws    *workspace.Workspace
+	guard Guard
+}
+
+func newGuarded(ws *workspace.Workspace, opts []Option) guarded {
+	g := guarded{ws: ws}
+	for _, o := range opts {
+		o(&g)
+	}
+	return g
+}
+
+// visible applies the guard to a root-relative path.
+func (g guarded) visible(s tools.Session, rel string) bool {
+	return g.guard == nil || g.guard(s, filepath.ToSlash(rel))
+}
+
 // New returns the file tools bound to ws, in the order read_file,
 // write_file, edit_file, list_dir. ws must stay open while they are used.
-func New(ws *workspace.Workspace) []tools.Tool {
+func New(ws *workspace.Workspace, opts ...Option) []tools.Tool {
+	g := newGuarded(ws, opts)
 	return []tools.Tool{
-		&readFile{ws: ws},
-		&writeFile{ws: ws},
-		&editFile{ws: ws},
-		&listDir{ws: ws},
+		&readFile{guarded: g},
+		&writeFile{guarded: g},
+		&editFile{guarded: g},
+		&listDir{guarded: g},
 	}
 }
 
-// resolve turns the model's path into a root-relative one; required
-// reports whether an empty path is an argument error.
-func resolve(ws *workspace.Workspace, path string, required bool) (string, error) {
+// resolve turns the model's path into a root-relative one the session may
+// use; required reports whether an empty path is an argument error.
+func (g guarded) resolve(s tools.Session, path string, required bool) (string, error) {
 	if path == "" && required {
 		return "", fmt.Errorf("%w: path is required", tools.ErrBadArgs)
 	}
-	rel, err := ws.Rel(path)
+	rel, err := g.ws.Rel(path)
 	if err != nil {
 		if errors.Is(err, workspace.ErrOutside) {
 			return "", fmt.Errorf("path %s is outside the workspace; use a path relative to the workspace", path)
 		}
 		return "", err
+	}
+	if !g.visible(s, rel) {
+		return "", fmt.Errorf("%s belongs to another user's private memory: %w", path, tools.ErrDenied)
 	}
 	return rel, nil
 }

@@ -493,3 +493,45 @@ func TestThroughRegistry(t *testing.T) {
 		t.Errorf("write_file(canceled) = %v, want context.Canceled", err)
 	}
 }
+
+func TestGuardHidesOtherUsersMemory(t *testing.T) {
+	ws := newEnv(t).ws
+	for _, p := range []string{"memory/users/console/alice/MEMORY.md", "memory/users/console/bob/MEMORY.md"} {
+		if err := os.MkdirAll(filepath.Join(ws.Dir(), filepath.Dir(p)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ws.Dir(), p), []byte("secret of "+p), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	guard := files.WithGuard(func(s tools.Session, rel string) bool {
+		return !strings.HasPrefix(rel, "memory/users/console/") || strings.HasPrefix(rel+"/", "memory/users/console/"+s.UserID+"/")
+	})
+	reg, err := tools.NewRegistry(append(files.New(ws, guard), files.NewSearch(ws, tools.DefaultConfig().SearchFiles, guard))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := tools.Session{Key: "console/c", Channel: "console", ChatID: "c", UserID: "alice"}
+	run := func(name, args string) tools.Result {
+		return reg.Run(t.Context(), name, tools.Call{Args: json.RawMessage(args), Session: alice})
+	}
+	if r := run("read_file", `{"path":"memory/users/console/alice/MEMORY.md"}`); r.IsError {
+		t.Fatalf("own memory: %s", r.Text)
+	}
+	for _, c := range []struct{ tool, args string }{
+		{"read_file", `{"path":"memory/users/console/bob/MEMORY.md"}`},
+		{"write_file", `{"path":"memory/users/console/bob/MEMORY.md","content":"x"}`},
+		{"edit_file", `{"path":"memory/users/console/bob/MEMORY.md","old_text":"","new_text":"x"}`},
+		{"list_dir", `{"path":"memory/users/console/bob"}`},
+	} {
+		if r := run(c.tool, c.args); !r.IsError || !r.Denied {
+			t.Errorf("%s on bob's memory: %+v", c.tool, r)
+		}
+	}
+	if r := run("list_dir", `{"path":"memory/users/console"}`); strings.Contains(r.Text, "bob") || !strings.Contains(r.Text, "alice") {
+		t.Errorf("listing shows other users: %s", r.Text)
+	}
+	if r := run("search_files", `{"pattern":"secret"}`); strings.Contains(r.Text, "bob") || !strings.Contains(r.Text, "alice") {
+		t.Errorf("search shows other users: %s", r.Text)
+	}
+}

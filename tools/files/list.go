@@ -11,10 +11,9 @@ import (
 	"strings"
 
 	"switchboard/tools"
-	"switchboard/workspace"
 )
 
-type listDir struct{ ws *workspace.Workspace }
+type listDir struct{ guarded }
 
 func (*listDir) Name() string { return "list_dir" }
 
@@ -41,7 +40,7 @@ func (t *listDir) Run(ctx context.Context, call tools.Call) (tools.Result, error
 	if err := tools.DecodeArgs(call.Args, &a); err != nil {
 		return tools.Result{}, err
 	}
-	rel, err := resolve(t.ws, a.Path, false)
+	rel, err := t.resolve(call.Session, a.Path, false)
 	if err != nil {
 		return tools.Result{}, err
 	}
@@ -63,6 +62,7 @@ func (t *listDir) Run(ctx context.Context, call tools.Call) (tools.Result, error
 	if err != nil {
 		return tools.Result{}, describe("list", name, err)
 	}
+	entries = slices.DeleteFunc(entries, func(e fs.DirEntry) bool { return !t.visible(call.Session, filepath.Join(rel, e.Name())) })
 	if len(entries) == 0 {
 		return tools.Result{Text: "(empty directory)"}, nil
 	}

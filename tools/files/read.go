@@ -9,10 +9,9 @@ import (
 	"strings"
 
 	"switchboard/tools"
-	"switchboard/workspace"
 )
 
-type readFile struct{ ws *workspace.Workspace }
+type readFile struct{ guarded }
 
 func (*readFile) Name() string { return "read_file" }
 
@@ -44,7 +43,7 @@ func (t *readFile) Run(ctx context.Context, call tools.Call) (tools.Result, erro
 	if err := tools.DecodeArgs(call.Args, &a); err != nil {
 		return tools.Result{}, err
 	}
-	rel, err := resolve(t.ws, a.Path, true)
+	rel, err := t.resolve(call.Session, a.Path, true)
 	if err != nil {
 		return tools.Result{}, err
 	}

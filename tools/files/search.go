@@ -35,7 +35,7 @@ var skippedDirs = []string{".git", "node_modules"}
 // NewSearch returns the search_files tool bound to ws: a regular-expression
 // search of file contents and/or a glob match of file names, confined to
 // the workspace through its os.Root.
-func NewSearch(ws *workspace.Workspace, cfg tools.SearchFilesConfig) tools.Tool {
+func NewSearch(ws *workspace.Workspace, cfg tools.SearchFilesConfig, opts ...Option) tools.Tool {
 	if cfg.MaxResults <= 0 {
 		cfg.MaxResults = tools.DefaultConfig().SearchFiles.MaxResults
 	}
@@ -45,11 +45,11 @@ func NewSearch(ws *workspace.Workspace, cfg tools.SearchFilesConfig) tools.Tool 
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = tools.DefaultConfig().SearchFiles.Timeout
 	}
-	return &searchFiles{ws: ws, cfg: cfg}
+	return &searchFiles{guarded: newGuarded(ws, opts), cfg: cfg}
 }
 
 type searchFiles struct {
-	ws  *workspace.Workspace
+	guarded
 	cfg tools.SearchFilesConfig
 	// listed, when set (tests), is called after a folder was listed and
 	// before its entries are opened.
@@ -98,6 +98,7 @@ type search struct {
 	full    bool // limit or output size reached
 	files   int  // files examined
 	skipped int  // files skipped (too big, binary, unreadable)
+	session tools.Session
 }
 
 func (t *searchFiles) Run(ctx context.Context, call tools.Call) (tools.Result, error) {
@@ -119,7 +120,7 @@ func (t *searchFiles) Run(ctx context.Context, call tools.Call) (tools.Result, e
 	case a.MaxResults > t.cfg.MaxResults:
 		a.MaxResults = t.cfg.MaxResults
 	}
-	s := &search{t: t, limit: a.MaxResults}
+	s := &search{t: t, limit: a.MaxResults, session: call.Session}
 	if a.Pattern != "" {
 		expr := a.Pattern
 		if a.IgnoreCase {
@@ -138,7 +139,7 @@ func (t *searchFiles) Run(ctx context.Context, call tools.Call) (tools.Result, e
 		}
 		s.glob = g
 	}
-	base, err := resolve(t.ws, a.Path, false)
+	base, err := t.resolve(call.Session, a.Path, false)
 	if err != nil {
 		return tools.Result{}, err
 	}
@@ -232,6 +233,9 @@ func (s *search) walk(ctx context.Context, rel string) error {
 			return nil
 		}
 		child := filepath.Join(rel, e.Name())
+		if !s.t.visible(s.session, child) {
+			continue
+		}
 		switch typ := e.Type(); {
 		case typ.IsDir():
 			if slices.Contains(skippedDirs, e.Name()) {

@@ -8,10 +8,9 @@ import (
 	"path/filepath"
 
 	"switchboard/tools"
-	"switchboard/workspace"
 )
 
-type writeFile struct{ ws *workspace.Workspace }
+type writeFile struct{ guarded }
 
 func (*writeFile) Name() string { return "write_file" }
 
@@ -40,7 +39,7 @@ func (t *writeFile) Run(ctx context.Context, call tools.Call) (tools.Result, err
 	if err := tools.DecodeArgs(call.Args, &a); err != nil {
 		return tools.Result{}, err
 	}
-	rel, err := resolve(t.ws, a.Path, true)
+	rel, err := t.resolve(call.Session, a.Path, true)
 	if err != nil {
 		return tools.Result{}, err
 	}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"switchboard/agent"
+	"switchboard/memory/consolidate"
+	"switchboard/memory/notes"
+	"switchboard/memory/search"
+	"switchboard/tools"
+	memtools "switchboard/tools/memory"
+	"switchboard/workspace"
+)
+
+// memorySystem is the long-term memory of the daemon: scoped notes, their
+// search index, the memory tools and the nightly consolidation.
+type memorySystem struct {
+	notes *notes.Notes
+	index *search.Index
+	state *consolidate.BoltState // nil when consolidation is off
+	cons  *consolidate.Consolidator
+	tools []tools.Tool
+}
+
+// buildMemory opens the memory index (data_dir/memory-index.db) and, when
+// memory.consolidate is set, the consolidation state. Close what it opened
+// with close; run its background work with run.
+func buildMemory(cfg Config, ws *workspace.Workspace, model agent.Model, log *slog.Logger) (*memorySystem, error) {
+	m := cfg.Memory
+	var emb search.Embedder
+	if m.EmbeddingModel != "" {
+		e, err := search.NewOpenAIEmbedder(search.EmbedderConfig{BaseURL: cmp.Or(m.EmbeddingBaseURL, cfg.LLM.BaseURL),
+			APIKey: cmp.Or(m.EmbeddingAPIKey, cfg.LLM.APIKey), Model: m.EmbeddingModel})
+		if err != nil {
+			return nil, fmt.Errorf("memory: %w", err)
+		}
+		emb = e
+	}
+	idx, err := search.Open(search.Options{Root: ws.Root(), Path: filepath.Join(cfg.DataDir, "memory-index.db"),
+		Embedder: emb, Interval: m.IndexInterval, Log: log.With("component", "memory-index")})
+	if err != nil {
+		return nil, fmt.Errorf("memory: %w", err)
+	}
+	sys := &memorySystem{index: idx}
+	sys.notes, err = notes.New(ws.Root(), notes.Options{Scope: m.Scope, OnWrite: func(string) { idx.Touch() }, Log: log})
+	if err == nil {
+		sys.tools, err = memtools.New(sys.notes, idx, memtools.Options{Log: log})
+	}
+	if err == nil && m.Consolidate != "" {
+		if sys.state, err = consolidate.OpenState(filepath.Join(cfg.DataDir, "memory-state.db")); err == nil {
+			sys.cons, err = consolidate.New(consolidate.Options{At: m.Consolidate, Notes: sys.notes, Model: model,
+				State: sys.state, Log: log.With("component", "consolidate")})
+		}
+	}
+	if err != nil {
+		sys.close()
+		return nil, fmt.Errorf("memory: %w", err)
+	}
+	return sys, nil
+}
+
+// run runs the index rescans and the consolidation until ctx ends.
+func (m *memorySystem) run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return m.index.Run(ctx) })
+	if m.cons != nil {
+		g.Go(func() error { return m.cons.Run(ctx) })
+	}
+	return g.Wait()
+}
+
+func (m *memorySystem) close() {
+	if m.state != nil {
+		_ = m.state.Close()
+	}
+	_ = m.index.Close()
+}
+
+// guard hides other users' private memory from the file tools.
+func (m *memorySystem) guard(s tools.Session, rel string) bool {
+	return m.notes.Visible(notes.Scope{Channel: s.Channel, ChatID: s.ChatID, UserID: s.UserID, IsGroup: s.IsGroup}, rel)
+}
+
+// View implements agent.Memory.
+func (m *memorySystem) View(s agent.Speaker) (agent.MemoryView, error) {
+	p, err := m.notes.Prompt(notes.Scope{Channel: s.Channel, ChatID: s.ChatID, UserID: s.UserID, IsGroup: s.IsGroup})
+	if err != nil {
+		return agent.MemoryView{}, err
+	}
+	v := agent.MemoryView{User: p.User, Rules: memtools.PromptRules(m.notes.Shared(), s.IsGroup)}
+	for _, sec := range p.Memory {
+		title := "Shared notes (MEMORY.md)"
+		switch sec.Kind {
+		case notes.FolderChat:
+			title = "This group's notes"
+		case notes.FolderUser:
+			title = "Private notes about the speaker"
+		}
+		v.Sections = append(v.Sections, agent.MemorySection{Title: title, Content: sec.Content, Truncated: sec.Truncated})
+	}
+	return v, nil
+}
+
+// NoteSummary implements agent.Memory.
+func (m *memorySystem) NoteSummary(s agent.Speaker, at time.Time, text string) error {
+	_, err := m.notes.AppendDaily(notes.Scope{Channel: s.Channel, ChatID: s.ChatID, UserID: s.UserID, IsGroup: s.IsGroup}, at,
+		"## Trimmed from the conversation ("+at.Format("15:04")+")\n\n"+text)
+	return err
+}
