@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"switchboard/agent/llm"
@@ -186,6 +187,16 @@ type Executor struct {
 	post  postTurnRunner
 	opt   ExecOptions
 	log   *slog.Logger
+
+	// topSet caches the user turns' tool set while the toolbox lists the
+	// same tools (compared by name and schema), so schemas are not parsed
+	// again on every turn.
+	topSet atomic.Pointer[cachedToolSet]
+}
+
+type cachedToolSet struct {
+	key string
+	ts  toolSet
 }
 
 // toolSet is the tools offered during one run (a turn or a sub-agent).
@@ -201,8 +212,32 @@ type toolSet struct {
 var subtaskSchema = json.RawMessage(`{"type":"object","properties":{"subtask":{"type":"string","description":"The subtask, clearly defined, with the background the sub-agent needs."}},"required":["subtask"]}`)
 
 // toolSet snapshots the toolbox for one run: the tools allow admits, plus
-// the sub-agent tools when depth allows.
+// the sub-agent tools when depth allows. The unfiltered top-level set is
+// cached while the tools stay the same.
 func (e *Executor) toolSet(allow func(string) bool, depth int) toolSet {
+	if allow != nil || depth != 0 {
+		return e.buildToolSet(e.Tools(), allow, depth)
+	}
+	list := e.Tools()
+	var kb strings.Builder
+	for _, t := range list {
+		kb.WriteString(t.Name())
+		kb.WriteByte(0)
+		kb.Write(t.Schema())
+		kb.WriteByte(0)
+	}
+	key := kb.String()
+	if c := e.topSet.Load(); c != nil && c.key == key {
+		return c.ts
+	}
+	ts := e.buildToolSet(list, nil, 0)
+	e.topSet.Store(&cachedToolSet{key: key, ts: ts})
+	return ts
+}
+
+// buildToolSet parses the tools' schemas into a toolSet. The result is
+// read-only once built.
+func (e *Executor) buildToolSet(list []tools.Tool, allow func(string) bool, depth int) toolSet {
 	ts := toolSet{names: map[string]bool{}, required: map[string][]string{}, parallel: map[string]bool{},
 		schemas: map[string]json.RawMessage{}, aliases: map[string]map[string]string{}}
 	add := func(name, desc string, schema json.RawMessage, parallel bool) {
@@ -215,7 +250,7 @@ func (e *Executor) toolSet(allow func(string) bool, depth int) toolSet {
 			ts.required[name] = s.Required
 		}
 	}
-	for _, t := range e.Tools() {
+	for _, t := range list {
 		if allow != nil && !allow(t.Name()) {
 			continue
 		}

@@ -31,15 +31,27 @@ import (
 // and the RSS of the test process (daemon, model and clients together).
 //
 //	go test ./cmd/switchboard -run '^$' -bench Turns -benchtime 20000x
+//
+// The tools=files variants offer only the four file tools of the foundation
+// issue (smaller requests); the others offer the whole default tool set.
 func BenchmarkTurns(b *testing.B) {
 	for _, sessions := range []int{1, 1000} {
-		b.Run(fmt.Sprintf("sessions=%d", sessions), func(b *testing.B) { benchTurns(b, sessions) })
+		for _, filesOnly := range []bool{false, true} {
+			name := fmt.Sprintf("sessions=%d", sessions)
+			if filesOnly {
+				name += "/tools=files"
+			}
+			b.Run(name, func(b *testing.B) { benchTurns(b, sessions, filesOnly) })
+		}
 	}
 }
 
-func benchTurns(b *testing.B, sessions int) {
+func benchTurns(b *testing.B, sessions int, filesOnly bool) {
 	model := llmtest.NewServer(b, llmtest.WithResponder(llmtest.EchoResponder), llmtest.WithRecordLimit(0))
 	cfg := testConfig(b, model.URL())
+	if filesOnly {
+		cfg.Tools.Disabled = []string{"search_files", "web_fetch", "send_message", "schedule", "memory_*"}
+	}
 	d := startDaemon(b, cfg)
 	js, err := jetstream.New(d.nc)
 	if err != nil {
