@@ -17,7 +17,14 @@
 // and splitting long replies into platform-sized pieces.
 package channels
 
-import "context"
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
 
 // Channel is a running connection between one chat platform and the bus.
 //
@@ -51,3 +58,51 @@ type Channel interface {
 // for concurrent use and must not block. A nil StatusFunc means nobody
 // listens; adapters check for nil before calling.
 type StatusFunc func(err error)
+
+// Sleep waits for d or until ctx ends, returning ctx's error then (and nil
+// after a full wait). A d of zero or less returns at once.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// SplitList decodes a YAML list of scalars, or one scalar, into its
+// entries: every entry is split at commas and white space and empty parts
+// are dropped, so `allow_users: ${ALLOW_USERS}` works with "a, b" and with
+// an unset variable (no entries; nil). what names the entries in errors.
+func SplitList(n *yaml.Node, what string) ([]string, error) {
+	var items []*yaml.Node
+	switch n.Kind {
+	case yaml.SequenceNode:
+		items = n.Content
+	case yaml.ScalarNode:
+		items = []*yaml.Node{n}
+	default:
+		return nil, errors.New("must be a list of " + what)
+	}
+	var out []string
+	for _, it := range items {
+		if it.Kind == yaml.AliasNode && it.Alias != nil {
+			it = it.Alias
+		}
+		if it.Kind != yaml.ScalarNode {
+			return nil, errors.New("entries must be " + what + ", not lists or mappings")
+		}
+		if it.ShortTag() == "!!null" {
+			continue
+		}
+		out = append(out, strings.FieldsFunc(it.Value, func(r rune) bool {
+			return r == ',' || r == ' ' || r == '\t' || r == '\n' || r == '\r'
+		})...)
+	}
+	return out, nil
+}

@@ -214,7 +214,7 @@ func (w *Workspace) readPromptFile(name string) (PromptFile, fileStamp, error) {
 		if err != nil && !errors.Is(err, io.EOF) {
 			return PromptFile{}, fileStamp{}, err
 		}
-		data = dropPartialLine(data[:n])
+		data = DropPartialLine(data[:n])
 		pf.Truncated = true
 	} else {
 		data, err = io.ReadAll(f)
@@ -224,7 +224,7 @@ func (w *Workspace) readPromptFile(name string) (PromptFile, fileStamp, error) {
 	}
 	if name == MemoryFile {
 		var cut bool
-		data, cut = lastLines(data, MemoryMaxLines)
+		data, cut = LastLines(data, MemoryMaxLines)
 		pf.Truncated = pf.Truncated || cut
 	}
 	if len(bytes.TrimSpace(data)) > 0 {
@@ -233,9 +233,10 @@ func (w *Workspace) readPromptFile(name string) (PromptFile, fileStamp, error) {
 	return pf, stampOf(fi), nil
 }
 
-// dropPartialLine removes the (possibly cut) first line of a tail chunk. A
-// chunk that is one long line keeps its text from the first whole rune.
-func dropPartialLine(b []byte) []byte {
+// DropPartialLine removes the (possibly cut) first line of a chunk read
+// from the middle of a file. A chunk that is one long line keeps its text
+// from the first whole rune.
+func DropPartialLine(b []byte) []byte {
 	if i := bytes.IndexByte(b, '\n'); i >= 0 && i+1 < len(b) {
 		return b[i+1:]
 	}
@@ -245,9 +246,9 @@ func dropPartialLine(b []byte) []byte {
 	return b
 }
 
-// lastLines returns the last n lines of b (a trailing newline does not
+// LastLines returns the last n lines of b (a trailing newline does not
 // start a new line) and whether anything was cut.
-func lastLines(b []byte, n int) ([]byte, bool) {
+func LastLines(b []byte, n int) ([]byte, bool) {
 	end := len(b)
 	if end > 0 && b[end-1] == '\n' {
 		end--

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -168,9 +169,9 @@ func (b *Bus) DeadLetters() []bus.DLQRecord {
 	return out
 }
 
-// WaitFor waits until pred holds for an outbound envelope and returns it,
-// failing the test at the deadline.
-func (b *Bus) WaitFor(t testing.TB, timeout time.Duration, pred func(bus.Outbound) bool) bus.Outbound {
+// waitUntil calls found after every change until it reports true,
+// failing the test with what() at the deadline.
+func (b *Bus) waitUntil(t testing.TB, timeout time.Duration, found func() bool, what func() string) {
 	t.Helper()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
@@ -178,42 +179,50 @@ func (b *Bus) WaitFor(t testing.TB, timeout time.Duration, pred func(bus.Outboun
 		b.mu.Lock()
 		wait := b.cond
 		b.mu.Unlock()
-		for _, o := range b.Outbounds() {
-			if pred(o) {
-				return o
-			}
+		if found() {
+			return
 		}
 		select {
 		case <-wait:
 		case <-deadline.C:
-			t.Fatalf("agenttest: no matching outbound within %s; saw %+v", timeout, b.Outbounds())
-			return bus.Outbound{}
+			t.Fatalf("agenttest: %s within %s", what(), timeout)
+			return
 		}
 	}
+}
+
+// WaitFor waits until pred holds for an outbound envelope and returns it,
+// failing the test at the deadline.
+func (b *Bus) WaitFor(t testing.TB, timeout time.Duration, pred func(bus.Outbound) bool) bus.Outbound {
+	t.Helper()
+	var got bus.Outbound
+	b.waitUntil(t, timeout, func() bool {
+		for _, o := range b.Outbounds() {
+			if pred(o) {
+				got = o
+				return true
+			}
+		}
+		return false
+	}, func() string { return fmt.Sprintf("no matching outbound; saw %+v", b.Outbounds()) })
+	return got
 }
 
 // WaitEvent waits until an agent event of type typ was published and
 // returns it, failing the test at the deadline.
 func (b *Bus) WaitEvent(t testing.TB, timeout time.Duration, typ string) bus.Event {
 	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		b.mu.Lock()
-		wait := b.cond
-		b.mu.Unlock()
+	var got bus.Event
+	b.waitUntil(t, timeout, func() bool {
 		for _, e := range b.Events() {
 			if e.Type == typ {
-				return e
+				got = e
+				return true
 			}
 		}
-		select {
-		case <-wait:
-		case <-deadline.C:
-			t.Fatalf("agenttest: no %s event within %s", typ, timeout)
-			return bus.Event{}
-		}
-	}
+		return false
+	}, func() string { return "no " + typ + " event" })
+	return got
 }
 
 // WaitFinal waits for the final outbound envelope answering inbound id.

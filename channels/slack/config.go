@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"switchboard/channels"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -203,30 +204,10 @@ type IDList []string
 // UnmarshalYAML decodes a list of scalars or one scalar, splitting and
 // dropping empty parts; an empty result is nil.
 func (l *IDList) UnmarshalYAML(n *yaml.Node) error {
-	var items []*yaml.Node
-	switch n.Kind {
-	case yaml.SequenceNode:
-		items = n.Content
-	case yaml.ScalarNode:
-		items = []*yaml.Node{n}
-	default:
-		return errors.New("must be a list of Slack ids")
+	items, err := channels.SplitList(n, "Slack ids")
+	if err != nil {
+		return err
 	}
-	var out IDList
-	for _, it := range items {
-		if it.Kind == yaml.AliasNode && it.Alias != nil {
-			it = it.Alias
-		}
-		if it.Kind != yaml.ScalarNode {
-			return errors.New("entries must be Slack ids, not lists or mappings")
-		}
-		if it.ShortTag() == "!!null" {
-			continue
-		}
-		out = append(out, strings.FieldsFunc(it.Value, func(r rune) bool {
-			return r == ',' || r == ' ' || r == '\t' || r == '\n' || r == '\r'
-		})...)
-	}
-	*l = out
+	*l = IDList(items)
 	return nil
 }

@@ -195,7 +195,7 @@ func New(cfg Config, opts Options) (*Adapter, error) {
 		users:     newLRU[userRec](2048),
 		limiters:  make(map[string]*rate.Limiter),
 		now:       time.Now,
-		sleep:     sleepCtx,
+		sleep:     channels.Sleep,
 		rate:      postRate,
 		burst:     postBurst,
 		backoff:   bridge.ExponentialBackoff(time.Second, 30*time.Second),
@@ -336,21 +336,6 @@ func (a *Adapter) limiter(channel string) *rate.Limiter {
 		a.limiters[channel] = l
 	}
 	return l
-}
-
-// sleepCtx waits d or until ctx is done.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 var _ channels.Channel = (*Adapter)(nil)

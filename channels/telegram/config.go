@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"switchboard/channels"
 	"time"
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
@@ -215,41 +216,14 @@ type UserList []string
 // UnmarshalYAML decodes a list of scalars or one scalar, splitting and
 // dropping empty parts.
 func (l *UserList) UnmarshalYAML(n *yaml.Node) error {
-	var items []*yaml.Node
-	switch n.Kind {
-	case yaml.SequenceNode:
-		items = n.Content
-	case yaml.ScalarNode:
-		items = []*yaml.Node{n}
-	default:
-		return errors.New("must be a list of user ids and @usernames")
+	items, err := channels.SplitList(n, "user ids and @usernames")
+	if err != nil {
+		return err
 	}
-	out := UserList{}
-	for _, it := range items {
-		if it.Kind == yaml.AliasNode && it.Alias != nil {
-			it = it.Alias
-		}
-		if it.Kind != yaml.ScalarNode {
-			return errors.New("entries must be user ids or @usernames, not lists or mappings")
-		}
-		if it.ShortTag() == "!!null" {
-			continue
-		}
-		out = append(out, splitUsers(it.Value)...)
-	}
-	if len(out) == 0 {
-		out = nil
-	}
-	*l = out
+	*l = UserList(items)
 	return nil
 }
 
-// splitUsers splits s at commas and white space, dropping empty parts.
-func splitUsers(s string) []string {
-	return strings.FieldsFunc(s, func(r rune) bool {
-		return r == ',' || r == ' ' || r == '\t' || r == '\n' || r == '\r'
-	})
-}
 
 // access answers whether a Telegram user is on the allow list. It is
 // immutable and safe for concurrent use.

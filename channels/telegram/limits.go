@@ -3,6 +3,7 @@ package telegram
 import (
 	"container/list"
 	"context"
+	"switchboard/channels"
 	"sync"
 	"time"
 
@@ -71,7 +72,7 @@ func (l *limits) wait(ctx context.Context, id int64) error {
 	pause := time.Until(cl.until)
 	l.mu.Unlock()
 	if pause > 0 {
-		if err := sleep(ctx, pause); err != nil {
+		if err := channels.Sleep(ctx, pause); err != nil {
 			return err
 		}
 	}
@@ -101,21 +102,6 @@ func ctxErr(ctx context.Context, err error) error {
 		return ctx.Err()
 	}
 	return err
-}
-
-// sleep waits for d or until ctx ends (returning ctx's error).
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // backoff returns the capped exponential wait before retry number n

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"switchboard/channels"
 	"time"
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
@@ -97,7 +98,7 @@ func (a *Adapter) poll(ctx context.Context) error {
 		failures++
 		wait := a.wait(err, failures)
 		a.report(err, wait)
-		if err := sleep(ctx, wait); err != nil {
+		if err := channels.Sleep(ctx, wait); err != nil {
 			return nil
 		}
 	}
@@ -160,7 +161,7 @@ func (a *Adapter) retry(ctx context.Context, f func(context.Context) error) erro
 		}
 		wait := a.wait(err, attempt)
 		a.report(err, wait)
-		if err := sleep(ctx, wait); err != nil {
+		if err := channels.Sleep(ctx, wait); err != nil {
 			return nil
 		}
 	}

@@ -285,7 +285,7 @@ func (a *Adapter) connect(ctx context.Context) error {
 		}
 		wait := a.wait(err, attempt)
 		a.report(err, wait)
-		if err := sleep(ctx, wait); err != nil {
+		if err := channels.Sleep(ctx, wait); err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"strings"
+	"switchboard/workspace"
 	"time"
 	"unicode/utf8"
 )
@@ -167,7 +168,7 @@ func (n *Notes) readTail(rel string, cut bool) (cachedTail, error) {
 		if err != nil && !errors.Is(err, io.EOF) {
 			return cachedTail{}, err
 		}
-		data = dropPartialLine(data[:k])
+		data = workspace.DropPartialLine(data[:k])
 		c.truncated = true
 	case fi.Size() > MaxBytes:
 		// A profile is shown from its start.
@@ -186,7 +187,7 @@ func (n *Notes) readTail(rel string, cut bool) (cachedTail, error) {
 	}
 	if cut {
 		var more bool
-		data, more = lastLines(data, MaxLines)
+		data, more = workspace.LastLines(data, MaxLines)
 		c.truncated = c.truncated || more
 	}
 	if len(bytes.TrimSpace(data)) > 0 {
@@ -196,41 +197,10 @@ func (n *Notes) readTail(rel string, cut bool) (cachedTail, error) {
 	return c, nil
 }
 
-// dropPartialLine removes the (possibly cut) first line of a tail chunk. A
-// chunk that is one long line keeps its text from the first whole rune.
-func dropPartialLine(b []byte) []byte {
-	if i := bytes.IndexByte(b, '\n'); i >= 0 && i+1 < len(b) {
-		return b[i+1:]
-	}
-	for len(b) > 0 && !utf8.RuneStart(b[0]) {
-		b = b[1:]
-	}
-	return b
-}
-
 // trimPartialRune drops a rune cut at the end of b.
 func trimPartialRune(b []byte) []byte {
 	for i := 0; i < utf8.UTFMax && len(b) > 0 && !utf8.Valid(b); i++ {
 		b = b[:len(b)-1]
 	}
 	return b
-}
-
-// lastLines returns the last n lines of b (a trailing newline does not
-// start a new line) and whether anything was cut.
-func lastLines(b []byte, n int) ([]byte, bool) {
-	end := len(b)
-	if end > 0 && b[end-1] == '\n' {
-		end--
-	}
-	count := 0
-	for i := end - 1; i >= 0; i-- {
-		if b[i] == '\n' {
-			count++
-			if count == n {
-				return b[i+1:], true
-			}
-		}
-	}
-	return b, false
 }
