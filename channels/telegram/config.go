@@ -224,7 +224,6 @@ func (l *UserList) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-
 // access answers whether a Telegram user is on the allow list. It is
 // immutable and safe for concurrent use.
 type access struct {
