@@ -106,3 +106,20 @@ func SplitList(n *yaml.Node, what string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// Metrics receives an adapter's measurements (the metrics package
+// implements it). status is ok, retry (a rate limit will be waited out) or
+// failed. Methods must be cheap and safe for concurrent use.
+type Metrics interface {
+	PlatformSend(channel, status string)
+	RateLimitWait(channel string)
+}
+
+// NopMetrics discards measurements.
+type NopMetrics struct{}
+
+// PlatformSend implements Metrics.
+func (NopMetrics) PlatformSend(string, string) {}
+
+// RateLimitWait implements Metrics.
+func (NopMetrics) RateLimitWait(string) {}

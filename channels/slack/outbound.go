@@ -15,6 +15,7 @@ import (
 
 	"switchboard/bus"
 	"switchboard/bus/bridge"
+	"switchboard/channels"
 )
 
 // Outbound bookkeeping bounds.
@@ -431,15 +432,31 @@ func (a *Adapter) call(ctx context.Context, channel string, wait bool, fn func()
 			return err
 		}
 		err := fn()
+		mx := a.metrics()
 		rl, ok := errors.AsType[*slackapi.RateLimitedError](err)
 		if !ok || !wait || attempt >= maxRateLimitWaits {
+			if err != nil {
+				mx.PlatformSend(ChannelName, "failed")
+			} else {
+				mx.PlatformSend(ChannelName, "ok")
+			}
 			return err
 		}
+		mx.PlatformSend(ChannelName, "retry")
+		mx.RateLimitWait(ChannelName)
 		a.log.Warn("Slack rate limit; waiting", "channel_id", channel, "retry_after", rl.RetryAfter)
 		if err := a.sleep(ctx, rl.RetryAfter); err != nil {
 			return err
 		}
 	}
+}
+
+// metrics returns the configured measurements sink, or a discarding one.
+func (a *Adapter) metrics() channels.Metrics {
+	if a.opts.Metrics == nil {
+		return channels.NopMetrics{}
+	}
+	return a.opts.Metrics
 }
 
 // classify marks errors that retrying cannot fix as permanent for the

@@ -121,6 +121,8 @@ type Options struct {
 	// Status receives health changes (see [channels.StatusFunc]); nil
 	// means nobody listens.
 	Status channels.StatusFunc
+	// Metrics counts sends and rate-limit waits; nil discards.
+	Metrics channels.Metrics
 }
 
 // Adapter connects one Slack app to the bus. Build it with [New]; it

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode"
@@ -466,5 +467,40 @@ func TestPreview(t *testing.T) {
 	got := preview(long)
 	if n := markdown.UTF16Len(got); n > MaxMessageLen || n < MaxMessageLen-400 || !strings.HasSuffix(got, "…") {
 		t.Errorf("preview of a long text: %d units, ends %q", n, got[len(got)-10:])
+	}
+}
+
+// countingMetrics records the adapter's measurements.
+type countingMetrics struct {
+	mu    sync.Mutex
+	sends map[string]int
+	waits int
+}
+
+func (c *countingMetrics) PlatformSend(channel, status string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sends == nil {
+		c.sends = map[string]int{}
+	}
+	c.sends[channel+"/"+status]++
+}
+
+func (c *countingMetrics) RateLimitWait(string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.waits++
+}
+
+func TestSendsAndRateLimitWaitsAreMeasured(t *testing.T) {
+	e := newEnv(t)
+	mx := &countingMetrics{}
+	a := e.newAdapter(t, e.config(), Deps{Metrics: mx})
+	e.bot.fail("sendMessage", 2, fakeFailure{status: 429, description: "Too Many Requests: retry after 2", retryAfter: 2})
+	handle(t, a, out("o1", bus.KindReply, "eventually", 1, true))
+	mx.mu.Lock()
+	defer mx.mu.Unlock()
+	if mx.sends["telegram/retry"] != 2 || mx.sends["telegram/ok"] < 1 || mx.waits != 2 {
+		t.Fatalf("measured sends %v, waits %d", mx.sends, mx.waits)
 	}
 }

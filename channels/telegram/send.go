@@ -102,6 +102,8 @@ func (a *Adapter) send(ctx context.Context, t *target, req func(context.Context,
 		}
 		err := req(ctx, *t)
 		if ra, ok := retryAfter(err); ok {
+			a.mx.PlatformSend(Name, "retry")
+			a.mx.RateLimitWait(Name)
 			ra = max(ra, a.api.unit)
 			a.log.Warn("Telegram rate limit hit; waiting", "chat_id", t.chat, "retry_after", ra)
 			a.lim.pause(t.chat, ra)
@@ -112,6 +114,11 @@ func (a *Adapter) send(ctx context.Context, t *target, req func(context.Context,
 			a.migrations.set(t.chat, ae.MigrateTo)
 			t.chat = ae.MigrateTo
 			continue
+		}
+		if err != nil {
+			a.mx.PlatformSend(Name, "failed")
+		} else {
+			a.mx.PlatformSend(Name, "ok")
 		}
 		return err
 	}

@@ -33,6 +33,7 @@
 package telegram
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -90,6 +91,8 @@ type Deps struct {
 	Log *slog.Logger
 	// Status receives health changes for the daemon's readiness check.
 	Status channels.StatusFunc
+	// Metrics counts sends and rate-limit waits; nil discards.
+	Metrics channels.Metrics
 }
 
 // Adapter is the Telegram channel. Build it with [New], run it once with
@@ -107,6 +110,7 @@ type Adapter struct {
 	denied     *memo
 	migrations migrations
 	status     statusReporter
+	mx         channels.Metrics
 	tune       tuning
 
 	// Set by Run before any goroutine starts, read-only afterwards.
@@ -190,6 +194,7 @@ func New(cfg Config, deps Deps) (*Adapter, error) {
 		turns:  newTurns(maxTurns),
 		denied: newMemo(maxDenied),
 		status: statusReporter{f: deps.Status},
+		mx:     cmp.Or[channels.Metrics](deps.Metrics, channels.NopMetrics{}),
 		tune:   defaultTuning(),
 	}
 	a.typing = newTyper(a)

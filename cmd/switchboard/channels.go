@@ -6,6 +6,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"switchboard/bus"
+	"switchboard/channels"
 	"switchboard/workspace"
 )
 
@@ -26,4 +27,6 @@ type channelDeps struct {
 	// Status reports a component's readiness (admin.Server.SetReady); nil
 	// means nobody listens.
 	Status func(component string, err error)
+	// Metrics counts platform sends and rate-limit waits; nil discards.
+	Metrics channels.Metrics
 }

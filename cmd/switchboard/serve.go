@@ -147,7 +147,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return err
 	})
 	if err := startChannels(gctx, g, cfg, channelDeps{Conn: b.Conn(), Subjects: b.Subjects(), Workspace: ws,
-		DataDir: cfg.DataDir, Log: log, Status: adm.SetReady}, adm); err != nil {
+		DataDir: cfg.DataDir, Log: log, Status: adm.SetReady, Metrics: mx}, adm); err != nil {
 		return err
 	}
 	g.Go(func() error { watchBus(gctx, b, adm); return nil })

@@ -37,6 +37,7 @@ func newSlack(cfg Config, d channelDeps) (channels.Channel, error) {
 		StorePath:     filepath.Join(d.DataDir, "slack.db"),
 		Log:           d.Log,
 		Status:        status,
+		Metrics:       d.Metrics,
 	})
 	if err != nil {
 		return nil, err

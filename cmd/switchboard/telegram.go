@@ -49,6 +49,7 @@ func newTelegram(cfg Config, d channelDeps) (channels.Channel, error) {
 		Files:        files,
 		Log:          d.Log,
 		Status:       status,
+		Metrics:      d.Metrics,
 	}
 	if cfg.LLM.TranscriptionModel != "" {
 		tr, err := llm.NewTranscriber(cfg.LLM, nil)
