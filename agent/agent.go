@@ -106,9 +106,10 @@ type MemoryView struct {
 // use.
 type Memory interface {
 	View(s Speaker) (MemoryView, error)
-	// NoteSummary records a summary of trimmed context in the daily notes
-	// of the chat (groups) or the user (private chats).
-	NoteSummary(s Speaker, at time.Time, text string) error
+	// NoteSummary records a summary (of trimmed context, or of a
+	// conversation that went quiet) under a heading in the daily notes of
+	// the chat (groups) or the user (private chats).
+	NoteSummary(s Speaker, at time.Time, heading, text string) error
 }
 
 // PromptFiles supplies the workspace's prompt files, re-read only when they

@@ -56,6 +56,7 @@ type harnessConfig struct {
 	tools       []tools.Tool
 	prompts     PromptFiles
 	summarizer  Summarizer
+	memory      Memory
 	noTools     bool
 	modelOption []llmtest.Option
 }
@@ -88,7 +89,7 @@ func newHarness(t *testing.T, mods ...func(*harnessConfig)) *harness {
 	}
 	hc.opt.Subjects = h.bus.Subjects()
 	mgr, err := NewManager(hc.cfg, hc.opt, Deps{Source: h.bus, Publisher: h.bus, Store: notifyStore{h.store, h.summaries}, Model: client,
-		Tools: tb, Prompts: hc.prompts, Summarizer: hc.summarizer})
+		Tools: tb, Prompts: hc.prompts, Summarizer: hc.summarizer, Memory: hc.memory})
 	if err != nil {
 		t.Fatal(err)
 	}

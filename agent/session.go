@@ -43,6 +43,9 @@ type session struct {
 	loaded  bool
 	history []memory.Message // context cache, oldest first
 	speaker Speaker          // who the last turn was for (session goroutine only)
+	// unnoted are the turns answered since the conversation was last
+	// written to the daily notes (session goroutine only).
+	unnoted []memory.Message
 }
 
 func (s *session) summary() string {
@@ -179,6 +182,7 @@ func (s *session) run(ctx context.Context) {
 			if s.queued() == 0 {
 				delete(s.m.sessions, s.key)
 				s.m.mu.Unlock()
+				s.noteConversation(ctx)
 				return
 			}
 			s.m.mu.Unlock()
@@ -325,6 +329,7 @@ func (s *session) turn(ctx context.Context, it item) {
 		return
 	}
 	m.turns.Add(1)
+	s.unnoted = append(s.unnoted, msgs...)
 	switch {
 	case fresh:
 		s.history = msgs
@@ -369,13 +374,46 @@ func (s *session) summarize(_ context.Context, dropped []memory.Message) {
 	s.setSummary(base)
 	if mem := s.m.deps.Memory; mem != nil && s.speaker.Channel != "" {
 		// The daily notes keep what left the context (dated, searchable).
-		if err := mem.NoteSummary(s.speaker, s.m.opt.Now(), digest("", dropped)); err != nil {
+		if err := mem.NoteSummary(s.speaker, s.m.opt.Now(), "Trimmed from the conversation", digest("", dropped)); err != nil {
 			s.m.log.Warn("could not write the daily note", "session", s.key, "err", err)
 		}
 	}
 	if s.m.deps.Summarizer != nil {
 		s.m.enqueueSummary(summaryJob{s: s, base: base, previous: prev, dropped: append([]memory.Message(nil), dropped...)})
 	}
+}
+
+// noteConversation writes a summary of the turns answered since the last
+// note into the daily notes when the session goes idle (model-written
+// when a Summarizer is set, else the digest), in the background: the
+// session goroutine has already left.
+func (s *session) noteConversation(ctx context.Context) {
+	mem := s.m.deps.Memory
+	turns := s.unnoted
+	s.unnoted = nil
+	if mem == nil || len(turnStarts(turns)) == 0 || s.speaker.Channel == "" {
+		return
+	}
+	speaker, m := s.speaker, s.m
+	m.wg.Go(func() {
+		text := ""
+		if sm := m.deps.Summarizer; sm != nil {
+			sctx, cancel := context.WithTimeout(ctx, summaryTimeout)
+			sum, err := sm.Summarize(sctx, s.key, "", turns)
+			cancel()
+			if err == nil {
+				text = sum
+			} else {
+				m.log.Warn("conversation summary failed; writing a plain digest", "session", s.key, "err", err)
+			}
+		}
+		if text == "" {
+			text = digest("", turns)
+		}
+		if err := mem.NoteSummary(speaker, m.opt.Now(), "Conversation", text); err != nil {
+			m.log.Warn("could not write the conversation to the daily notes", "session", s.key, "err", err)
+		}
+	})
 }
 
 // compact makes the trimmed context durable: the store's context start

@@ -127,3 +127,49 @@ func TestModelSummarizer(t *testing.T) {
 		t.Fatalf("summary input = %q", u)
 	}
 }
+
+// fakeMemory records notes.
+type fakeMemory struct {
+	notes chan string
+}
+
+func (f fakeMemory) View(Speaker) (MemoryView, error) { return MemoryView{}, nil }
+func (f fakeMemory) NoteSummary(s Speaker, _ time.Time, heading, text string) error {
+	f.notes <- s.UserID + "|" + heading + "|" + text
+	return nil
+}
+
+// A conversation that goes quiet is summarised into the daily notes, and
+// trimmed context lands there too.
+func TestDailyNotes(t *testing.T) {
+	mem := fakeMemory{notes: make(chan string, 8)}
+	sm := funcSummarizer(func(_ context.Context, _, _ string, dropped []memory.Message) (string, error) {
+		return fmt.Sprintf("- %d messages", len(dropped)), nil
+	})
+	h := newHarness(t, func(hc *harnessConfig) {
+		hc.cfg.SessionIdle = time.Second
+		hc.cfg.MaxContextTurns = 3
+		hc.summarizer = sm
+		hc.memory = mem
+	})
+	for i := range 4 {
+		h.model.Enqueue(llmtest.TextReply(fmt.Sprintf("answer %d", i)))
+		h.ask(fmt.Sprintf("m%d", i), fmt.Sprintf("question %d", i))
+	}
+	got := map[string]string{}
+	for len(got) < 2 {
+		select {
+		case n := <-mem.notes:
+			parts := strings.SplitN(n, "|", 3)
+			got[parts[1]] = parts[0] + "|" + parts[2]
+		case <-time.After(wait):
+			t.Fatalf("daily notes written: %v", got)
+		}
+	}
+	if !strings.Contains(got["Trimmed from the conversation"], "question 0") {
+		t.Fatalf("trimmed note = %q", got["Trimmed from the conversation"])
+	}
+	if got["Conversation"] != "u1|- 8 messages" {
+		t.Fatalf("conversation note = %q", got["Conversation"])
+	}
+}

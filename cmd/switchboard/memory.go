@@ -109,8 +109,8 @@ func (m *memorySystem) View(s agent.Speaker) (agent.MemoryView, error) {
 }
 
 // NoteSummary implements agent.Memory.
-func (m *memorySystem) NoteSummary(s agent.Speaker, at time.Time, text string) error {
+func (m *memorySystem) NoteSummary(s agent.Speaker, at time.Time, heading, text string) error {
 	_, err := m.notes.AppendDaily(notes.Scope{Channel: s.Channel, ChatID: s.ChatID, UserID: s.UserID, IsGroup: s.IsGroup}, at,
-		"## Trimmed from the conversation ("+at.Format("15:04")+")\n\n"+text)
+		"## "+heading+" ("+at.Format("15:04")+")\n\n"+text)
 	return err
 }
