@@ -119,7 +119,13 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	// The tools (MCP servers, scheduler, tools.db) stop only after the
 	// manager finished its last turns.
 	toolsCtx, stopTools := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopTools()
+	// On any return, stop and join every goroutine before the deferred
+	// closes above release what they use.
+	defer func() {
+		stopTools()
+		cancel()
+		_ = g.Wait()
+	}()
 	g.Go(func() error { return runTools(toolsCtx) })
 	g.Go(func() error { return mem.run(toolsCtx) })
 	g.Go(func() error {
