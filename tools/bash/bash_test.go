@@ -276,7 +276,7 @@ func TestBashBackgroundJobs(t *testing.T) {
 	// Two long jobs fill the table; a third is refused; killing one frees room.
 	pids := make([]int, 2)
 	for i := range 2 {
-		r := e.run(t, alice, cmdArgs("sleep 1000 & echo $! > job"+strconv.Itoa(i)+".pid; echo started; wait", `,"background":true`))
+		r := e.run(t, alice, cmdArgs("echo started; sleep 1000 & echo $! > job"+strconv.Itoa(i)+".pid; wait", `,"background":true`))
 		if r.IsError {
 			t.Fatalf("start %d: %+v", i, r)
 		}
@@ -286,9 +286,19 @@ func TestBashBackgroundJobs(t *testing.T) {
 	if !r.IsError || !strings.Contains(r.Text, "too many background jobs (2 running: job2, job3)") {
 		t.Errorf("third job: %+v", r)
 	}
-	r = e.run(t, alice, `{"job_id":"job2"}`)
-	if r.IsError || !strings.Contains(r.Text, "job job2 is still running") || !strings.Contains(r.Text, "started\n") {
-		t.Errorf("running poll: %+v", r)
+	// The job's output is read asynchronously: poll until it has arrived
+	// (each poll returns only the output new since the previous one).
+	seen := ""
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(seen, "started\n") {
+		r = e.run(t, alice, `{"job_id":"job2"}`)
+		if r.IsError || !strings.Contains(r.Text, "job job2 is still running") {
+			t.Fatalf("running poll: %+v", r)
+		}
+		seen += r.Text
+		if time.Now().After(deadline) {
+			t.Fatalf("no output from the running job: %q", seen)
+		}
 	}
 	r = e.run(t, alice, `{"job_id":"job2"}`)
 	if !strings.Contains(r.Text, "(no new output)") {
