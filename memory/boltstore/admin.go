@@ -48,33 +48,10 @@ func (s *Store) SetSummary(ctx context.Context, session, summary string) error {
 	if err := memory.ValidateSession(session); err != nil {
 		return fmt.Errorf("boltstore: set summary: %w", err)
 	}
-	if err := s.begin(ctx); err != nil {
-		return fmt.Errorf("boltstore: set summary %q: %w", session, err)
-	}
-	defer s.mu.RUnlock()
-	skey := []byte(session)
-	var notFound bool
-	err := s.write(func(tx *bolt.Tx) error {
-		notFound = false
-		b := tx.Bucket(bucketSessions)
-		meta, ok, err := getMeta(b, skey)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			notFound = true
-			return nil
-		}
+	return s.updateSession(ctx, "set summary", session, func(_ *bolt.Tx, meta *sessionMeta) error {
 		meta.Summary = summary
-		return putMeta(b, skey, meta)
+		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("boltstore: set summary %q: %w", session, err)
-	}
-	if notFound {
-		return fmt.Errorf("boltstore: set summary %q: %w", session, memory.ErrNotFound)
-	}
-	return nil
 }
 
 // SessionInfo describes one stored session.

@@ -487,31 +487,15 @@ func (s *Store) Compact(ctx context.Context, session, summary string, keepTurns 
 	if keepTurns < 0 {
 		return fmt.Errorf("boltstore: compact %q: keepTurns must be >= 0, got %d", session, keepTurns)
 	}
-	if err := s.begin(ctx); err != nil {
-		return fmt.Errorf("boltstore: compact %q: %w", session, err)
-	}
-	defer s.mu.RUnlock()
-	skey := []byte(session)
-	var notFound bool
-	err := s.write(func(tx *bolt.Tx) error {
-		notFound = false
-		sessions := tx.Bucket(bucketSessions)
-		meta, ok, err := getMeta(sessions, skey)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			notFound = true
-			return nil
-		}
+	return s.updateSession(ctx, "compact", session, func(tx *bolt.Tx, meta *sessionMeta) error {
 		meta.Summary = summary
 		if keepTurns == 0 {
 			meta.Start, meta.Turns = meta.Last, 0
-			return putMeta(sessions, skey, meta)
+			return nil
 		}
 		turns := 0
 		newStart := meta.Start
-		err = walkBack(tx.Bucket(bucketMsgs), skey, meta, func(seq uint64, v []byte) (bool, error) {
+		err := walkBack(tx.Bucket(bucketMsgs), []byte(session), *meta, func(seq uint64, v []byte) (bool, error) {
 			var m struct {
 				TurnStart bool `json:"turn_start"`
 			}
@@ -533,13 +517,42 @@ func (s *Store) Compact(ctx context.Context, session, summary string, keepTurns 
 		if turns == keepTurns {
 			meta.Start, meta.Turns = newStart, keepTurns
 		}
+		return nil
+	})
+}
+
+// updateSession changes a session's metadata in one durable write: fn
+// gets the stored meta to modify (it may read other buckets of tx); the
+// result is stored when fn returns nil. An unknown session is an error
+// wrapping memory.ErrNotFound. op names the operation in errors.
+func (s *Store) updateSession(ctx context.Context, op, session string, fn func(tx *bolt.Tx, meta *sessionMeta) error) error {
+	if err := s.begin(ctx); err != nil {
+		return fmt.Errorf("boltstore: %s %q: %w", op, session, err)
+	}
+	defer s.mu.RUnlock()
+	skey := []byte(session)
+	var notFound bool
+	err := s.write(func(tx *bolt.Tx) error {
+		notFound = false
+		sessions := tx.Bucket(bucketSessions)
+		meta, ok, err := getMeta(sessions, skey)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			notFound = true
+			return nil
+		}
+		if err := fn(tx, &meta); err != nil {
+			return err
+		}
 		return putMeta(sessions, skey, meta)
 	})
 	if err != nil {
-		return fmt.Errorf("boltstore: compact %q: %w", session, err)
+		return fmt.Errorf("boltstore: %s %q: %w", op, session, err)
 	}
 	if notFound {
-		return fmt.Errorf("boltstore: compact %q: %w", session, memory.ErrNotFound)
+		return fmt.Errorf("boltstore: %s %q: %w", op, session, memory.ErrNotFound)
 	}
 	return nil
 }
