@@ -442,6 +442,8 @@ func TestContextTrimmedByHalvesWithSummary(t *testing.T) {
 	if !strings.Contains(sys, "Earlier in this conversation") || !strings.Contains(sys, "question 0") || !strings.Contains(sys, "answer 2") {
 		t.Fatalf("system prompt lacks the summary:\n%s", sys)
 	}
+	// The compaction is stored before the turn's turn_end event.
+	h.bus.WaitEventWhere(t, wait, func(e bus.Event) bool { return e.Type == bus.EventTurnEnd && e.InReplyTo == "m6" })
 	snap, err := h.store.Load(t.Context(), "console/c1", 100)
 	if err != nil || !strings.Contains(snap.Summary, "question 1") || len(turnStarts(snap.Messages)) != 4 {
 		t.Fatalf("stored summary %q, %d turns, %v", snap.Summary, len(turnStarts(snap.Messages)), err)

@@ -212,16 +212,23 @@ func (b *Bus) WaitFor(t testing.TB, timeout time.Duration, pred func(bus.Outboun
 // returns it, failing the test at the deadline.
 func (b *Bus) WaitEvent(t testing.TB, timeout time.Duration, typ string) bus.Event {
 	t.Helper()
+	return b.WaitEventWhere(t, timeout, func(e bus.Event) bool { return e.Type == typ })
+}
+
+// WaitEventWhere waits until an agent event satisfying pred was published
+// and returns it, failing the test at the deadline.
+func (b *Bus) WaitEventWhere(t testing.TB, timeout time.Duration, pred func(bus.Event) bool) bus.Event {
+	t.Helper()
 	var got bus.Event
 	b.waitUntil(t, timeout, func() bool {
 		for _, e := range b.Events() {
-			if e.Type == typ {
+			if pred(e) {
 				got = e
 				return true
 			}
 		}
 		return false
-	}, func() string { return "no " + typ + " event" })
+	}, func() string { return "no matching event" })
 	return got
 }
 
