@@ -127,47 +127,28 @@ func (b *Bus) All() []Published {
 	return append([]Published(nil), b.published...)
 }
 
-// Outbounds returns the outbound envelopes published so far, in order.
-func (b *Bus) Outbounds() []bus.Outbound {
-	var out []bus.Outbound
+// decodeAll decodes, in order, what was published on subjects of a kind
+// ("out", "event", "dlq"); undecodable messages are skipped.
+func decodeAll[T any](b *Bus, kind string) []T {
+	var out []T
+	prefix := b.subj.Prefix + "." + kind + "."
 	for _, p := range b.All() {
-		if strings.HasPrefix(p.Subject, b.subj.Prefix+".out.") {
-			var o bus.Outbound
-			if json.Unmarshal(p.Data, &o) == nil {
-				out = append(out, o)
-			}
+		var v T
+		if strings.HasPrefix(p.Subject, prefix) && json.Unmarshal(p.Data, &v) == nil {
+			out = append(out, v)
 		}
 	}
 	return out
 }
+
+// Outbounds returns the outbound envelopes published so far, in order.
+func (b *Bus) Outbounds() []bus.Outbound { return decodeAll[bus.Outbound](b, "out") }
 
 // Events returns the agent events published so far, in order.
-func (b *Bus) Events() []bus.Event {
-	var out []bus.Event
-	for _, p := range b.All() {
-		if strings.HasPrefix(p.Subject, b.subj.Prefix+".event.") {
-			var e bus.Event
-			if json.Unmarshal(p.Data, &e) == nil {
-				out = append(out, e)
-			}
-		}
-	}
-	return out
-}
+func (b *Bus) Events() []bus.Event { return decodeAll[bus.Event](b, "event") }
 
 // DeadLetters returns the DLQ records published so far.
-func (b *Bus) DeadLetters() []bus.DLQRecord {
-	var out []bus.DLQRecord
-	for _, p := range b.All() {
-		if strings.HasPrefix(p.Subject, b.subj.Prefix+".dlq.") {
-			var r bus.DLQRecord
-			if json.Unmarshal(p.Data, &r) == nil {
-				out = append(out, r)
-			}
-		}
-	}
-	return out
-}
+func (b *Bus) DeadLetters() []bus.DLQRecord { return decodeAll[bus.DLQRecord](b, "dlq") }
 
 // waitUntil calls found after every change until it reports true,
 // failing the test with what() at the deadline.
