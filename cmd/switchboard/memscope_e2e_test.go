@@ -69,21 +69,16 @@ func sendAs(t *testing.T, d *daemon, chat, id, user, name, text string, group bo
 		UserName: name, Text: text, IsGroup: group, Mentioned: group})
 }
 
-// waitFile waits until a file matching glob holds want.
-func waitFile(t *testing.T, glob, want string) string {
+// waitSummary waits for the model request summarising a conversation
+// that holds marker.
+func waitSummary(t *testing.T, model *llmtest.Server, marker string) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		files, _ := filepath.Glob(glob)
-		for _, f := range files {
-			if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), want) {
-				return f
-			}
+	for n := 1; ; n++ {
+		reqs := model.WaitRequests(t, n, wait)
+		r := reqs[len(reqs)-1]
+		if strings.HasPrefix(llmtest.MessageText(r.Body.Messages[0]), "You maintain") && strings.Contains(r.LastUserText(), marker) {
+			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no file %s holds %q", glob, want)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a file the daemon writes in the background, with a deadline
 	}
 }
 
@@ -183,11 +178,17 @@ func TestE2EGroupMemoryStaysPrivate(t *testing.T) {
 		t.Errorf("Alice's next group turn: her in-group notes or the group's missing, or her direct-chat memory present:\n%s", sys)
 	}
 
-	// The group's conversation is noted in the group's folder, without the secret.
+	// The group's conversation is noted in the group's folder when it goes
+	// quiet (stopping the daemon waits for the note), without the secret.
+	waitSummary(t, model, "alice-again")
+	d.stop()
 	ws := cfg.Agent.Workspace
-	note := waitFile(t, filepath.Join(ws, "memory/chats/console/g1/2*.md"), "bob-in-group")
-	if b, _ := os.ReadFile(note); strings.Contains(string(b), secret) {
-		t.Errorf("the group's daily notes hold Alice's direct-chat memory:\n%s", b)
+	notes, _ := filepath.Glob(filepath.Join(ws, "memory/chats/console/g1/2*.md"))
+	if len(notes) != 1 {
+		t.Fatalf("group daily notes: %v, want one file", notes)
+	}
+	if b, _ := os.ReadFile(notes[0]); !strings.Contains(string(b), "bob-in-group") || strings.Contains(string(b), secret) {
+		t.Errorf("the group's daily notes lack the conversation or hold Alice's direct-chat memory:\n%s", b)
 	}
 	_ = filepath.WalkDir(filepath.Join(ws, "memory/chats"), func(p string, e os.DirEntry, err error) error {
 		if err == nil && !e.IsDir() {
