@@ -505,6 +505,26 @@ func (n *Notes) PrivateMask(s Scope) []MaskStep {
 	return steps
 }
 
+// PrivateFolders is [Notes.PrivateMask] as two lists, for a sandbox that
+// mounts by depth: hide are the folders to hide, show the folders to show
+// again inside them, and a deeper folder always overrides the one it lies
+// in (every step of the mask lies inside an earlier one, so mounting by
+// depth is mounting in mask order). In a group: hide memory/users,
+// memory/chats and memory/chats/<channel>/<chat>/users; show
+// memory/chats/<channel>/<chat> and .../users/<speaker>. In a private
+// chat: show memory/users/<channel>/<user>. Both are nil with scope
+// "shared".
+func (n *Notes) PrivateFolders(s Scope) (hide, show []string) {
+	for _, st := range n.PrivateMask(s) {
+		if st.Show {
+			show = append(show, st.Dir)
+		} else {
+			hide = append(hide, st.Dir)
+		}
+	}
+	return hide, show
+}
+
 // ownFolders returns the private folders s reads: the user's folder in a
 // private chat; the chat's folder and the speaker's member folder in a
 // group. None when s is incomplete.

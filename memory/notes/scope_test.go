@@ -208,6 +208,14 @@ func TestVisibleFollowsThePrivateMask(t *testing.T) {
 	}) {
 		t.Errorf("PrivateMask(alice in group) = %+v", got)
 	}
+	hide, show := n.PrivateFolders(aliceInGroup)
+	if !slices.Equal(hide, []string{"memory/users", "memory/chats", "memory/chats/telegram/-500/users"}) ||
+		!slices.Equal(show, []string{"memory/chats/telegram/-500", "memory/chats/telegram/-500/users/100"}) {
+		t.Errorf("PrivateFolders(alice in group) = %v, %v", hide, show)
+	}
+	if _, show := n.PrivateFolders(alicePrivate); !slices.Equal(show, []string{"memory/users/telegram/100"}) {
+		t.Errorf("PrivateFolders(alice private) shows %v", show)
+	}
 	if got := n.PrivateMask(notes.Scope{Channel: "telegram"}); !slices.Equal(got, []notes.MaskStep{{Dir: "memory/users"}, {Dir: "memory/chats"}}) {
 		t.Errorf("PrivateMask(no user) = %+v", got)
 	}
