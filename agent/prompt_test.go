@@ -30,7 +30,7 @@ func TestBuildPromptGolden(t *testing.T) {
 	}}
 	tl := []tools.Tool{&fakeTool{name: "read_file"}, &fakeTool{name: "list_dir"}}
 	now := time.Date(2026, 11, 30, 9, 5, 0, 0, time.FixedZone("CET", 3600))
-	got, err := buildPrompt(ws, tl, "", "", nil, turnFacts{Now: now, Model: "gpt-x", Channel: "telegram", IsGroup: true, UserID: "42", UserName: "Ann"})
+	got, err := buildPrompt(ws, tl, "", "", nil, turnFacts{Now: now, Model: "gpt-x", Channel: "telegram", IsGroup: true, Speaker: SpeakerLabel("telegram", "42", "Ann")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestBuildPromptWithMemorySkillsAndSummary(t *testing.T) {
 	}
 	now := time.Date(2026, 11, 30, 9, 5, 0, 0, time.UTC)
 	got, err := buildPrompt(ws, nil, "- earlier: Ann asked about taxes", "## Skills\n\n- pdf: read PDFs (skills/pdf/SKILL.md)", mem,
-		turnFacts{Now: now, Model: "m", Channel: "slack", UserID: "U1", UserName: "Ann"})
+		turnFacts{Now: now, Model: "m", Channel: "slack", Speaker: SpeakerLabel("slack", "U1", "Ann")})
 	if err != nil {
 		t.Fatal(err)
 	}

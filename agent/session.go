@@ -257,7 +257,7 @@ func (s *session) turn(ctx context.Context, it item) {
 	sink := newTurnSink(m, in, now)
 	sink.Typing()
 	sink.Event(bus.EventTurnStart, map[string]any{"id": in.ID})
-	facts := turnFacts{Now: now, Model: m.opt.ModelName, Channel: in.Channel, IsGroup: in.IsGroup, UserID: in.UserID, UserName: in.UserName}
+	facts := turnFacts{Now: now, Model: m.opt.ModelName, Channel: in.Channel, IsGroup: in.IsGroup, Speaker: SpeakerLabel(in.Channel, in.UserID, in.UserName)}
 
 	// Scoped long-term memory for this speaker.
 	var mem *MemoryView
@@ -437,15 +437,12 @@ func toolList(tb Toolbox) []tools.Tool {
 }
 
 // userMessage converts an inbound envelope into the stored user message. In
-// groups the sender's name prefixes the text.
+// groups the sender's label ([SpeakerLabel]: name and a short id from the
+// user id) prefixes the text.
 func userMessage(in *bus.Inbound, now time.Time) memory.Message {
 	text := in.Text
 	if in.IsGroup {
-		name := in.UserName
-		if name == "" {
-			name = in.UserID
-		}
-		text = "[" + name + "]: " + text
+		text = "[" + SpeakerLabel(in.Channel, in.UserID, in.UserName) + "]: " + text
 	}
 	msg := memory.Message{Role: memory.RoleUser, TurnStart: true, InboundID: in.DedupKey(), Time: now.UTC()}
 	var notes []string

@@ -83,12 +83,16 @@ func (m *memorySystem) close() {
 	_ = m.index.Close()
 }
 
-// guard hides other users' private memory from the file tools.
+// guard hides the private memory a session may not see from the file
+// tools (notes.Notes.Visible: in a group no direct-chat folder, no other
+// member's in-group notes).
 func (m *memorySystem) guard(s tools.Session, rel string) bool {
 	return m.notes.Visible(notes.Scope{Channel: s.Channel, ChatID: s.ChatID, UserID: s.UserID, IsGroup: s.IsGroup}, rel)
 }
 
-// View implements agent.Memory.
+// View implements agent.Memory: the memory files notes.Notes.Prompt gives
+// the speaker (in a group the group's notes and the speaker's notes made in
+// it, never direct-chat memory or a per-user USER.md).
 func (m *memorySystem) View(s agent.Speaker) (agent.MemoryView, error) {
 	p, err := m.notes.Prompt(notes.Scope{Channel: s.Channel, ChatID: s.ChatID, UserID: s.UserID, IsGroup: s.IsGroup})
 	if err != nil {
@@ -102,15 +106,19 @@ func (m *memorySystem) View(s agent.Speaker) (agent.MemoryView, error) {
 			title = "This group's notes"
 		case notes.FolderUser:
 			title = "Private notes about the speaker"
+		case notes.FolderMember:
+			title = "Notes about the speaker made in this group"
 		}
 		v.Sections = append(v.Sections, agent.MemorySection{Title: title, Content: sec.Content, Truncated: sec.Truncated})
 	}
 	return v, nil
 }
 
-// NoteSummary implements agent.Memory.
+// NoteSummary implements agent.Memory: a group's conversation goes to the
+// group's daily notes (it was said to everyone), a private chat's to the
+// user's.
 func (m *memorySystem) NoteSummary(s agent.Speaker, at time.Time, heading, text string) error {
-	_, err := m.notes.AppendDaily(notes.Scope{Channel: s.Channel, ChatID: s.ChatID, UserID: s.UserID, IsGroup: s.IsGroup}, at,
+	_, err := m.notes.AppendDaily(notes.Scope{Channel: s.Channel, ChatID: s.ChatID, UserID: s.UserID, IsGroup: s.IsGroup, GroupNotes: true}, at,
 		"## "+heading+" ("+at.Format("15:04")+")\n\n"+text)
 	return err
 }

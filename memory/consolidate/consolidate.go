@@ -2,7 +2,8 @@
 // recent daily notes (memory.consolidate: "23:50").
 //
 // At the configured local time, for every memory folder (the shared one,
-// each user's, each group chat's) that has daily notes from the last seven
+// each user's, each group chat's, each member's notes in a group chat:
+// [notes.Notes.AllFolders]) that has daily notes from the last seven
 // days and something new since its last rewrite (a changed MEMORY.md, or
 // a daily note it has not read in that version), a model is asked to rewrite the
 // folder's MEMORY.md from its current content and those notes: merge,
@@ -203,7 +204,7 @@ func (c *Consolidator) RunDay(ctx context.Context, day time.Time) (Report, error
 	} else if done {
 		return Report{AlreadyDone: true}, nil
 	}
-	folders, err := c.opts.Notes.Folders()
+	folders, err := c.opts.Notes.AllFolders()
 	if err != nil {
 		return Report{}, fmt.Errorf("consolidate: %w", err)
 	}

@@ -405,3 +405,42 @@ func TestRunCatchesUpLateStart(t *testing.T) {
 		t.Errorf("Run = %v", err)
 	}
 }
+
+// TestMemberFoldersConsolidatedApart: a member's in-group notes are
+// rewritten in their own folder, from their own notes only; the group's
+// rewrite never reads them, and neither reads direct-chat memory.
+func TestMemberFoldersConsolidatedApart(t *testing.T) {
+	e := newEnv(t)
+	member := group + "/users/100"
+	e.write(t, alice+"/2025-03-10.md", "- Alice's dm secret: therapy on Monday\n")
+	e.write(t, group+"/2025-03-10.md", "- team agreed to ship on Friday\n")
+	e.write(t, member+"/2025-03-10.md", "- Alice wants async standups\n")
+	e.srv.SetResponder(func(req *llmtest.Request) llmtest.Reply {
+		text := req.LastUserText()
+		switch {
+		case strings.Contains(text, "therapy"):
+			return llmtest.TextReply("- dm")
+		case strings.Contains(text, "async standups"):
+			return llmtest.TextReply("- member")
+		}
+		return llmtest.TextReply("- group")
+	})
+	rep, err := e.consolidator(t, nil).RunDay(t.Context(), day.Add(23*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Rewritten != 3 {
+		t.Errorf("RunDay = %+v, want 3 folders rewritten (Alice's, the group's, Alice's in the group)", rep)
+	}
+	for rel, want := range map[string]string{alice + "/MEMORY.md": "- dm\n", group + "/MEMORY.md": "- group\n", member + "/MEMORY.md": "- member\n"} {
+		if got := e.read(t, rel); got != want {
+			t.Errorf("%s = %q, want %q", rel, got, want)
+		}
+	}
+	for _, r := range e.srv.Requests() {
+		text := r.LastUserText()
+		if strings.Contains(text, "ship on Friday") && (strings.Contains(text, "async standups") || strings.Contains(text, "therapy")) {
+			t.Errorf("the group's rewrite read other folders:\n%s", text)
+		}
+	}
+}

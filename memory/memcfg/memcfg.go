@@ -14,8 +14,9 @@ import (
 
 // Scopes of long-term memory.
 const (
-	// ScopeUser gives every user their own memory folder; a group chat has
-	// its own notes folder (the default).
+	// ScopeUser gives every user their own direct-chat memory folder; a
+	// group chat has its own notes folder, with a folder per member for
+	// their notes made in that group (the default).
 	ScopeUser = "user"
 	// ScopeShared keeps one memory for everybody: the workspace's
 	// MEMORY.md and memory/YYYY-MM-DD.md.
@@ -33,9 +34,10 @@ const (
 // Config configures memory (YAML section "memory"). The zero value is not
 // valid; start from [DefaultConfig].
 type Config struct {
-	// Scope is "user" (each user has memory/users/<channel>/<user>/, a
-	// group chat memory/chats/<channel>/<chat>/) or "shared" (one memory:
-	// MEMORY.md and memory/YYYY-MM-DD.md).
+	// Scope is "user" (each user has memory/users/<channel>/<user>/ for
+	// direct chats, a group chat memory/chats/<channel>/<chat>/ and each
+	// member memory/chats/<channel>/<chat>/users/<user>/ in it) or
+	// "shared" (one memory: MEMORY.md and memory/YYYY-MM-DD.md).
 	Scope string `yaml:"scope"`
 	// Retention is how many days a session may stay idle before its
 	// history is deleted; 0 keeps everything.

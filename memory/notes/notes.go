@@ -10,13 +10,24 @@
 //	memory/users/<channel>/<user>/USER.md        optional: replaces the workspace USER.md for that user
 //	memory/chats/<channel>/<chat>/MEMORY.md      a group chat's core memory
 //	memory/chats/<channel>/<chat>/YYYY-MM-DD.md  a group chat's daily notes
+//	memory/chats/<channel>/<chat>/users/<user>/MEMORY.md      a member's notes made in that group
+//	memory/chats/<channel>/<chat>/users/<user>/YYYY-MM-DD.md  a member's daily notes in that group
 //
 // With scope "shared" everybody reads and writes the shared files. With
-// scope "user" (the default) a private chat writes to the user's folder and
-// a group chat writes to the chat's folder, so what was said in a group
-// never lands in a member's private memory; a caller reads their own
-// folder, the folder of the group they are speaking in, and the shared
-// files — never another user's folder.
+// scope "user" (the default) memory follows how people talk:
+//
+//   - In a private chat the user's own folder (memory/users/<channel>/<user>/)
+//     is read and written, with the shared files.
+//   - In a group the speaker sees the group's notes (the files directly in
+//     the chat's folder), their own notes made in that group (their member
+//     folder under it) and the shared files. Writes go to the member folder
+//     unless the caller asks for the group's notes ([Scope.GroupNotes]).
+//     No direct-chat memory — the speaker's included, and no per-user
+//     USER.md — is ever part of a group's view, and one member's in-group
+//     notes are never part of another member's.
+//
+// What was said in a group therefore never lands in a member's direct-chat
+// memory, and what was said in a direct chat never reaches a group.
 //
 // Channel, user and chat ids may contain anything; each becomes one path
 // component through [bus.EncodeToken] ("." and "/" are escaped, so ".." or
@@ -87,7 +98,13 @@ const (
 	FolderShared = "shared"
 	FolderUser   = "user"
 	FolderChat   = "chat"
+	// FolderMember is a member's own notes made in one group chat.
+	FolderMember = "member"
 )
+
+// MembersDir is the folder of a chat folder that holds its members'
+// folders: memory/chats/<channel>/<chat>/users/<user>/.
+const MembersDir = "users"
 
 // ErrScope is returned (wrapped) when a Scope lacks what the call needs:
 // a channel and a user id, and a chat id in a group.
@@ -104,6 +121,11 @@ type Scope struct {
 	ChatID  string
 	UserID  string
 	IsGroup bool
+	// GroupNotes, in a group, sends writes to the group's notes (seen by
+	// every member) instead of the speaker's own in-group notes. Summaries
+	// of a group's conversation set it. It changes nothing else: not what
+	// is read, not private chats, not scope "shared".
+	GroupNotes bool
 }
 
 // Validate reports whether s names a channel and a user, and a chat when
@@ -120,9 +142,10 @@ func (s Scope) Validate() error {
 	return nil
 }
 
-// Folder is one memory folder: the shared one, a user's or a group chat's.
+// Folder is one memory folder: the shared one, a user's, a group chat's or
+// a member's in a group chat.
 type Folder struct {
-	// Kind is FolderShared, FolderUser or FolderChat.
+	// Kind is FolderShared, FolderUser, FolderChat or FolderMember.
 	Kind string
 	// Dir is the folder, relative to the workspace: "" for the shared
 	// folder (its core file is MEMORY.md at the top), else e.g.
@@ -228,6 +251,21 @@ func ChatFolder(channel, chatID string) (Folder, error) {
 	return Folder{Kind: FolderChat, Dir: dir}, nil
 }
 
+// MemberFolder returns the folder of a member's own notes made in a group
+// chat of a channel: memory/chats/<channel>/<chat>/users/<user>, each id
+// one path component through [Component].
+func MemberFolder(channel, chatID, userID string) (Folder, error) {
+	c, err := ChatFolder(channel, chatID)
+	if err != nil {
+		return Folder{}, err
+	}
+	u, err := Component(userID)
+	if err != nil {
+		return Folder{}, fmt.Errorf("user id: %w", err)
+	}
+	return Folder{Kind: FolderMember, Dir: c.Dir + "/" + MembersDir + "/" + u}, nil
+}
+
 func idDir(base, channel, id string) (string, error) {
 	c, err := Component(channel)
 	if err != nil {
@@ -263,23 +301,27 @@ func Component(id string) (string, error) {
 }
 
 // WriteFolder returns the folder that writes for s go to: the shared one
-// with scope "shared"; else the chat's folder in a group and the user's
-// folder in a private chat. It needs a channel, and a chat id in a group
-// or a user id in a private chat (a group's notes belong to no member).
+// with scope "shared"; else, in a private chat, the user's folder; in a
+// group, the speaker's member folder, or the chat's folder when
+// s.GroupNotes is set. It needs a channel; a user id in a private chat; a
+// chat id in a group, and a user id there too unless s.GroupNotes is set
+// (a group's notes belong to no member).
 func (n *Notes) WriteFolder(s Scope) (Folder, error) {
 	switch {
 	case s.Channel == "":
 		return Folder{}, fmt.Errorf("%w: channel is empty", ErrScope)
 	case s.IsGroup && s.ChatID == "":
 		return Folder{}, fmt.Errorf("%w: chat id is empty in a group", ErrScope)
-	case !s.IsGroup && s.UserID == "":
+	case (!s.IsGroup || !s.GroupNotes) && s.UserID == "":
 		return Folder{}, fmt.Errorf("%w: user id is empty", ErrScope)
 	}
-	if n.shared {
+	switch {
+	case n.shared:
 		return SharedFolder(), nil
-	}
-	if s.IsGroup {
+	case s.IsGroup && s.GroupNotes:
 		return ChatFolder(s.Channel, s.ChatID)
+	case s.IsGroup:
+		return MemberFolder(s.Channel, s.ChatID, s.UserID)
 	}
 	return UserFolder(s.Channel, s.UserID)
 }
@@ -294,13 +336,15 @@ func (n *Notes) CoreFile(s Scope) (string, error) {
 	return f.Core(), nil
 }
 
-// UserFile returns the sender's own USER.md (scope "user" only) and
-// whether it exists as a regular file.
+// UserFile returns the sender's own USER.md and whether it exists as a
+// regular file. Only a private chat with scope "user" has one: the profile
+// is direct-chat memory, so in a group (and with scope "shared") the path
+// is "" and the workspace's USER.md applies.
 func (n *Notes) UserFile(s Scope) (string, bool, error) {
 	if err := s.Validate(); err != nil {
 		return "", false, err
 	}
-	if n.shared {
+	if n.shared || s.IsGroup {
 		return "", false, nil
 	}
 	f, err := UserFolder(s.Channel, s.UserID)
@@ -338,9 +382,12 @@ func (r Root) Contains(rel string) bool {
 }
 
 // Readable returns the roots s may search and read: MEMORY.md and the
-// shared daily notes (memory/*.md) always; with scope "user" also the
-// user's own folder and, in a group, the chat's folder. Never another
-// user's folder.
+// shared daily notes (memory/*.md) always; with scope "user" also, in a
+// private chat, the user's own folder (with its subfolders), and in a
+// group the chat's own files (not its subfolders, which hold the members'
+// folders) and the speaker's member folder. Never another user's folder,
+// never a direct-chat folder in a group, never another member's in-group
+// notes.
 func (n *Notes) Readable(s Scope) ([]Root, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
@@ -349,17 +396,9 @@ func (n *Notes) Readable(s Scope) ([]Root, error) {
 	if n.shared {
 		return roots, nil
 	}
-	u, err := UserFolder(s.Channel, s.UserID)
-	if err != nil {
-		return nil, err
-	}
-	roots = append(roots, Root{Path: u.Dir, Dir: true, Recursive: true})
-	if s.IsGroup {
-		c, err := ChatFolder(s.Channel, s.ChatID)
-		if err != nil {
-			return nil, err
-		}
-		roots = append(roots, Root{Path: c.Dir, Dir: true, Recursive: true})
+	for _, f := range n.ownFolders(s) {
+		// A chat folder's subfolders are its members' folders.
+		roots = append(roots, Root{Path: f.Dir, Dir: true, Recursive: f.Kind != FolderChat})
 	}
 	return roots, nil
 }
@@ -386,12 +425,15 @@ func (n *Notes) CanRead(s Scope, rel string) bool {
 
 // Visible reports whether a file tool (read_file, list_dir, a workspace
 // search) may show the workspace-relative path rel to s: paths outside
-// memory/users and memory/chats always; inside them (scope "user") only
-// the caller's own folder and the folder of the group they speak in, and
-// the parent folders themselves (whose other entries the tool must filter
-// with Visible). The workspace itself (".") is visible; paths that climb
-// out are not. File tools
-// should apply it to keep one user's memory from another's turn.
+// memory/users and memory/chats always; inside them (scope "user") what
+// [Notes.PrivateMask] leaves visible, and the folders above s's own
+// folders (whose other entries the tool must filter with Visible). In a
+// private chat that is the user's folder; in a group the chat's folder
+// except its members' folders, and the speaker's member folder — never
+// the speaker's direct-chat folder. The workspace itself (".") is
+// visible; paths that climb out are not. File tools apply it to keep one
+// person's memory out of another's turn; a sandbox applies PrivateMask,
+// so both show the same.
 func (n *Notes) Visible(s Scope, rel string) bool {
 	if p := path.Clean(strings.ReplaceAll(rel, "\\", "/")); p == "." {
 		return true // the workspace itself
@@ -400,48 +442,108 @@ func (n *Notes) Visible(s Scope, rel string) bool {
 	if !ok {
 		return false
 	}
-	if n.shared {
+	if n.shared || !IsPrivate(rel) || rel == UsersDir || rel == ChatsDir {
 		return true
 	}
-	private := false
+	visible := true
+	for _, st := range n.PrivateMask(s) {
+		switch {
+		case rel == st.Dir || strings.HasPrefix(rel, st.Dir+"/"):
+			visible = st.Show
+		case st.Show && strings.HasPrefix(st.Dir, rel+"/"):
+			return true // a folder above one of s's own
+		}
+	}
+	return visible
+}
+
+// IsPrivate reports whether the clean relative path rel lies in a private
+// memory area: memory/users or memory/chats, or one of them itself.
+func IsPrivate(rel string) bool {
 	for _, base := range []string{UsersDir, ChatsDir} {
-		if rel == base || rel == Dir {
-			return true
-		}
-		if rest, ok := strings.CutPrefix(rel, base+"/"); ok {
-			private = true
-			// The channel level lists ids of others: show the caller's only.
-			if !strings.Contains(rest, "/") {
-				c, err := Component(s.Channel)
-				return err == nil && rest == c
-			}
-		}
-	}
-	if !private {
-		return true
-	}
-	if n.CanRead(s, rel) {
-		return true
-	}
-	// The caller's own folders themselves (not only the files in them).
-	for _, f := range n.ownFolders(s) {
-		if rel == f {
+		if rel == base || strings.HasPrefix(rel, base+"/") {
 			return true
 		}
 	}
 	return false
 }
 
-// ownFolders returns the user's folder and, in a group, the chat's.
-func (n *Notes) ownFolders(s Scope) []string {
-	var out []string
-	if u, err := UserFolder(s.Channel, s.UserID); err == nil {
-		out = append(out, u.Dir)
+// MaskStep is one step of building what a session may see of the private
+// memory areas, for a sandbox that mounts the workspace: Dir (relative to
+// the workspace) is hidden (an empty folder mounted over it) or, when
+// Show, shown as it is in the workspace (bound over what earlier steps
+// hid).
+type MaskStep struct {
+	Dir  string
+	Show bool
+}
+
+// PrivateMask returns the steps that, applied in order over the whole
+// workspace, leave visible exactly the private memory s may see (the same
+// folders [Notes.Visible] shows): hide memory/users and memory/chats, then
+// show s's own folder in a private chat; in a group show the chat's
+// folder, hide its members' folder (memory/chats/<channel>/<chat>/users)
+// and show the speaker's member folder. With scope "shared" nothing is
+// private and it returns nil. A scope that names no user (or no chat in a
+// group) sees no private folder. Each step's folder may not exist yet: a
+// sandbox creates it (or an empty mount point) so that a file written there
+// lands where the memory tools find it.
+func (n *Notes) PrivateMask(s Scope) []MaskStep {
+	if n.shared {
+		return nil
 	}
-	if s.IsGroup {
-		if c, err := ChatFolder(s.Channel, s.ChatID); err == nil {
-			out = append(out, c.Dir)
+	steps := []MaskStep{{Dir: UsersDir}, {Dir: ChatsDir}}
+	if s.Validate() != nil {
+		return steps
+	}
+	for _, f := range n.ownFolders(s) {
+		steps = append(steps, MaskStep{Dir: f.Dir, Show: true})
+		if f.Kind == FolderChat {
+			steps = append(steps, MaskStep{Dir: f.Dir + "/" + MembersDir})
 		}
+	}
+	return steps
+}
+
+// PrivateFolders is [Notes.PrivateMask] as two lists, for a sandbox that
+// mounts by depth: hide are the folders to hide, show the folders to show
+// again inside them, and a deeper folder always overrides the one it lies
+// in (every step of the mask lies inside an earlier one, so mounting by
+// depth is mounting in mask order). In a group: hide memory/users,
+// memory/chats and memory/chats/<channel>/<chat>/users; show
+// memory/chats/<channel>/<chat> and .../users/<speaker>. In a private
+// chat: show memory/users/<channel>/<user>. Both are nil with scope
+// "shared".
+func (n *Notes) PrivateFolders(s Scope) (hide, show []string) {
+	for _, st := range n.PrivateMask(s) {
+		if st.Show {
+			show = append(show, st.Dir)
+		} else {
+			hide = append(hide, st.Dir)
+		}
+	}
+	return hide, show
+}
+
+// ownFolders returns the private folders s reads: the user's folder in a
+// private chat; the chat's folder and the speaker's member folder in a
+// group. None when s is incomplete.
+func (n *Notes) ownFolders(s Scope) []Folder {
+	if s.Validate() != nil {
+		return nil
+	}
+	if !s.IsGroup {
+		if u, err := UserFolder(s.Channel, s.UserID); err == nil {
+			return []Folder{u}
+		}
+		return nil
+	}
+	var out []Folder
+	if c, err := ChatFolder(s.Channel, s.ChatID); err == nil {
+		out = append(out, c)
+	}
+	if m, err := MemberFolder(s.Channel, s.ChatID, s.UserID); err == nil {
+		out = append(out, m)
 	}
 	return out
 }
@@ -498,4 +600,32 @@ func (n *Notes) wrote(rel string) {
 	if n.onWrite != nil {
 		n.onWrite(rel)
 	}
+}
+
+// AllFolders returns [Notes.Folders] followed, after each group chat's
+// folder, by the member folders found in it
+// (memory/chats/<channel>/<chat>/users/<user>), in path order: every
+// folder that holds its own MEMORY.md and daily notes, e.g. for the
+// nightly consolidation. Symbolic links are skipped.
+func (n *Notes) AllFolders() ([]Folder, error) {
+	folders, err := n.Folders()
+	if err != nil {
+		return nil, err
+	}
+	var out []Folder
+	for _, f := range folders {
+		out = append(out, f)
+		if f.Kind != FolderChat {
+			continue
+		}
+		dir := f.Dir + "/" + MembersDir
+		ids, err := n.subdirs(dir)
+		if err != nil {
+			return nil, fmt.Errorf("notes: folders: %w", err)
+		}
+		for _, id := range ids {
+			out = append(out, Folder{Kind: FolderMember, Dir: dir + "/" + id})
+		}
+	}
+	return out, nil
 }

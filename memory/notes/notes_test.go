@@ -105,7 +105,8 @@ func TestFoldersPerScope(t *testing.T) {
 		core string
 	}{
 		{"user private", user, alicePrivate, "memory/users/telegram/100/MEMORY.md"},
-		{"user group", user, aliceInGroup, "memory/chats/telegram/-500/MEMORY.md"},
+		{"user group", user, aliceInGroup, "memory/chats/telegram/-500/users/100/MEMORY.md"},
+		{"user group notes", user, notes.Scope{Channel: "telegram", ChatID: "-500", IsGroup: true, GroupNotes: true}, "memory/chats/telegram/-500/MEMORY.md"},
 		{"user odd ids", user, notes.Scope{Channel: "slack", UserID: "../../etc", ChatID: "x"}, "memory/users/slack/%2E%2E%2F%2E%2E%2Fetc/MEMORY.md"},
 		{"shared private", shared, alicePrivate, "MEMORY.md"},
 		{"shared group", shared, aliceInGroup, "MEMORY.md"},
@@ -149,13 +150,18 @@ func TestWritesGoToTheCallersFolder(t *testing.T) {
 	if got := readFile(t, dir, "memory/users/telegram/100/MEMORY.md"); got != "# Memory\n\n- Alice is allergic to peanuts\n- prefers tea\n\nProjects:\n- switchboard\n" {
 		t.Errorf("MEMORY.md = %q", got)
 	}
-	if rel := mustWrite(aliceInGroup, notes.KindDaily, "deploy freeze starts Monday"); rel != "memory/chats/telegram/-500/2025-03-04.md" {
+	group := aliceInGroup
+	group.GroupNotes = true
+	if rel := mustWrite(group, notes.KindDaily, "deploy freeze starts Monday"); rel != "memory/chats/telegram/-500/2025-03-04.md" {
 		t.Errorf("group daily went to %s", rel)
 	}
-	if rel := mustWrite(aliceInGroup, notes.KindCore, "team standup at 10"); rel != "memory/chats/telegram/-500/MEMORY.md" {
+	if rel := mustWrite(group, notes.KindCore, "team standup at 10"); rel != "memory/chats/telegram/-500/MEMORY.md" {
 		t.Errorf("group core went to %s", rel)
 	}
-	mustWrite(aliceInGroup, notes.KindDaily, "decided:\nuse NATS")
+	if rel := mustWrite(aliceInGroup, notes.KindCore, "Alice leads the standup"); rel != "memory/chats/telegram/-500/users/100/MEMORY.md" {
+		t.Errorf("in-group core went to %s", rel)
+	}
+	mustWrite(group, notes.KindDaily, "decided:\nuse NATS")
 	if got := readFile(t, dir, "memory/chats/telegram/-500/2025-03-04.md"); got != "# 2025-03-04\n\n- 09:15 deploy freeze starts Monday\n\n## 09:15\n\ndecided:\nuse NATS\n" {
 		t.Errorf("group daily = %q", got)
 	}
@@ -243,8 +249,8 @@ func TestPromptScoping(t *testing.T) {
 		userPath string
 	}{
 		{"alice private", alicePrivate, []string{"office closes", "alice secret", "Name: Alice"}, []string{"bob secret", "sprint"}, "memory/users/telegram/100/USER.md"},
-		{"alice in group", aliceInGroup, []string{"office closes", "alice secret", "sprint"}, []string{"bob secret"}, "memory/users/telegram/100/USER.md"},
-		{"bob in group", bobInGroup, []string{"office closes", "bob secret", "sprint"}, []string{"alice secret", "Alice"}, ""},
+		{"alice in group", aliceInGroup, []string{"office closes", "sprint"}, []string{"bob secret", "alice secret", "Name: Alice"}, ""},
+		{"bob in group", bobInGroup, []string{"office closes", "sprint"}, []string{"alice secret", "Alice", "bob secret"}, ""},
 		{"bob private", bobPrivate, []string{"bob secret"}, []string{"alice secret", "sprint"}, ""},
 	} {
 		p, err := n.Prompt(tt.s)
@@ -271,8 +277,8 @@ func TestPromptScoping(t *testing.T) {
 	for _, s := range p.Memory {
 		kinds = append(kinds, s.Kind)
 	}
-	if !slices.Equal(kinds, []string{notes.FolderShared, notes.FolderChat, notes.FolderUser}) {
-		t.Errorf("section order = %v, want shared, chat, user", kinds)
+	if !slices.Equal(kinds, []string{notes.FolderShared, notes.FolderChat}) {
+		t.Errorf("section order = %v, want shared, chat", kinds)
 	}
 
 	shared, sdir := newNotes(t, memcfg.ScopeShared)
@@ -543,10 +549,14 @@ func TestVisible(t *testing.T) {
 		{bobInGroup, "memory", true},
 		{bobInGroup, "memory/2025-03-04.md", true},
 		{bobInGroup, "memory/users", true},
-		{bobInGroup, "memory/users/telegram", true},
+		{bobInGroup, "memory/users/telegram", false},
 		{bobInGroup, "memory/users/slack", false},
-		{bobInGroup, "memory/users/telegram/200", true},
-		{bobInGroup, "memory/users/telegram/200/MEMORY.md", true},
+		{bobPrivate, "memory/users/telegram", true},
+		{bobPrivate, "memory/users/slack", false},
+		{bobInGroup, "memory/users/telegram/200", false},
+		{bobInGroup, "memory/users/telegram/200/MEMORY.md", false},
+		{bobPrivate, "memory/users/telegram/200", true},
+		{bobPrivate, "memory/users/telegram/200/MEMORY.md", true},
 		{bobInGroup, "memory/users/telegram/100", false},
 		{bobInGroup, "memory/users/telegram/100/MEMORY.md", false},
 		{bobInGroup, "memory/users/telegram/200/../100/MEMORY.md", false},
@@ -569,7 +579,7 @@ func TestVisible(t *testing.T) {
 
 func TestGroupWritesNeedNoUser(t *testing.T) {
 	n, dir := newNotes(t, memcfg.ScopeUser)
-	rel, err := n.AppendDaily(notes.Scope{Channel: "telegram", ChatID: "-500", IsGroup: true}, time.Date(2025, 3, 4, 12, 0, 0, 0, time.UTC), "## Daily summary\n\n- shipped")
+	rel, err := n.AppendDaily(notes.Scope{Channel: "telegram", ChatID: "-500", IsGroup: true, GroupNotes: true}, time.Date(2025, 3, 4, 12, 0, 0, 0, time.UTC), "## Daily summary\n\n- shipped")
 	if err != nil || rel != "memory/chats/telegram/-500/2025-03-04.md" {
 		t.Fatalf("AppendDaily for a group without a user = %q, %v", rel, err)
 	}

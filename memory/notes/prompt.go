@@ -15,7 +15,7 @@ import (
 // Section is one memory file as it enters the system prompt.
 type Section struct {
 	// Kind is the folder kind the file belongs to: FolderShared,
-	// FolderChat or FolderUser.
+	// FolderUser, FolderChat or FolderMember.
 	Kind string
 	// Path is the file, relative to the workspace.
 	Path string
@@ -29,12 +29,13 @@ type Section struct {
 // Prompt is the memory that applies to one message.
 type Prompt struct {
 	// Memory holds the non-empty MEMORY.md files that apply, in prompt
-	// order: the shared MEMORY.md; then, with scope "user", the group
-	// chat's (in a group) and the sender's own.
+	// order: the shared MEMORY.md; then, with scope "user", the sender's
+	// own in a private chat, or in a group the group's and the speaker's
+	// notes made in that group (never their direct-chat memory).
 	Memory []Section
-	// User is the sender's own USER.md (scope "user"), which replaces the
-	// workspace's USER.md in the prompt; "" when there is none or it is
-	// blank. UserPath is its path.
+	// User is the sender's own USER.md (scope "user", private chats only),
+	// which replaces the workspace's USER.md in the prompt; "" when there
+	// is none or it is blank, and always in a group. UserPath is its path.
 	User     string
 	UserPath string
 }
@@ -50,18 +51,7 @@ func (n *Notes) Prompt(s Scope) (Prompt, error) {
 	}
 	folders := []Folder{SharedFolder()}
 	if !n.shared {
-		if s.IsGroup {
-			c, err := ChatFolder(s.Channel, s.ChatID)
-			if err != nil {
-				return Prompt{}, fmt.Errorf("notes: prompt: %w", err)
-			}
-			folders = append(folders, c)
-		}
-		u, err := UserFolder(s.Channel, s.UserID)
-		if err != nil {
-			return Prompt{}, fmt.Errorf("notes: prompt: %w", err)
-		}
-		folders = append(folders, u)
+		folders = append(folders, n.ownFolders(s)...)
 	}
 	var p Prompt
 	for _, f := range folders {

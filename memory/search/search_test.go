@@ -281,13 +281,15 @@ func TestIncrementalIndexing(t *testing.T) {
 
 func TestScopeFiltering(t *testing.T) {
 	f := newFixture(t, map[string]string{
-		"memory/users/telegram/100/MEMORY.md":      "- Alice: surprise party for Bob on Friday\n",
-		"memory/users/telegram/200/MEMORY.md":      "- Bob: party planning is stressful\n",
-		"memory/users/telegram/1000/MEMORY.md":     "- Carol: party at the lake\n",
-		"memory/chats/telegram/-500/2025-03-09.md": "- group agreed: party snacks from the bakery\n",
-		"memory/chats/telegram/-600/2025-03-09.md": "- other group: party cancelled\n",
-		"memory/2025-03-09.md":                     "- shared: party room booked\n",
-		"MEMORY.md":                                "- shared core: party budget 100\n",
+		"memory/users/telegram/100/MEMORY.md":            "- Alice: surprise party for Bob on Friday\n",
+		"memory/users/telegram/200/MEMORY.md":            "- Bob: party planning is stressful\n",
+		"memory/users/telegram/1000/MEMORY.md":           "- Carol: party at the lake\n",
+		"memory/chats/telegram/-500/2025-03-09.md":       "- group agreed: party snacks from the bakery\n",
+		"memory/chats/telegram/-500/users/100/MEMORY.md": "- Alice in the group: party playlist is hers\n",
+		"memory/chats/telegram/-500/users/200/MEMORY.md": "- Bob in the group: party games\n",
+		"memory/chats/telegram/-600/2025-03-09.md":       "- other group: party cancelled\n",
+		"memory/2025-03-09.md":                           "- shared: party room booked\n",
+		"MEMORY.md":                                      "- shared core: party budget 100\n",
 	}, nil)
 	root, err := os.OpenRoot(f.dir)
 	if err != nil {
@@ -304,9 +306,9 @@ func TestScopeFiltering(t *testing.T) {
 		want []string
 	}{
 		{"alice in group", notes.Scope{Channel: "telegram", ChatID: "-500", UserID: "100", IsGroup: true},
-			[]string{"MEMORY.md", "memory/2025-03-09.md", "memory/chats/telegram/-500/2025-03-09.md", "memory/users/telegram/100/MEMORY.md"}},
+			[]string{"MEMORY.md", "memory/2025-03-09.md", "memory/chats/telegram/-500/2025-03-09.md", "memory/chats/telegram/-500/users/100/MEMORY.md"}},
 		{"bob in group", notes.Scope{Channel: "telegram", ChatID: "-500", UserID: "200", IsGroup: true},
-			[]string{"MEMORY.md", "memory/2025-03-09.md", "memory/chats/telegram/-500/2025-03-09.md", "memory/users/telegram/200/MEMORY.md"}},
+			[]string{"MEMORY.md", "memory/2025-03-09.md", "memory/chats/telegram/-500/2025-03-09.md", "memory/chats/telegram/-500/users/200/MEMORY.md"}},
 		{"bob private", notes.Scope{Channel: "telegram", ChatID: "200", UserID: "200"},
 			[]string{"MEMORY.md", "memory/2025-03-09.md", "memory/users/telegram/200/MEMORY.md"}},
 	} {

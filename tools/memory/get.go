@@ -19,7 +19,8 @@ func (*getTool) Name() string { return "memory_get" }
 
 func (*getTool) Description() string {
 	return "Read lines of a memory file found with memory_search (or your MEMORY.md). " +
-		"Only your own memory, this chat's notes and the shared notes can be read."
+		"Only the memory of this conversation can be read: in a private chat your notes about this user; in a group " +
+		"the group's notes and your notes about the person speaking made in this group; and the shared notes."
 }
 
 func (*getTool) Schema() json.RawMessage {
@@ -65,7 +66,7 @@ func (t *getTool) Run(ctx context.Context, call tools.Call) (tools.Result, error
 	f, rel, err := t.notes.Open(sc, a.Path)
 	switch {
 	case errors.Is(err, notes.ErrDenied):
-		return tools.Result{}, fmt.Errorf("%w: %s is not part of the memory you can read here (your own notes, this chat's notes and the shared notes)", tools.ErrDenied, a.Path)
+		return tools.Result{}, fmt.Errorf("%w: %s is not part of the memory you can read here (%s)", tools.ErrDenied, a.Path, t.readableHere(sc))
 	case errors.Is(err, fs.ErrNotExist):
 		return tools.Result{}, fmt.Errorf("memory_get: %s does not exist", a.Path)
 	case err != nil:

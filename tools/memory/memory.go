@@ -3,10 +3,13 @@
 //
 // Every call resolves its files from the call's session (channel, chat,
 // user, group or not), never from a path the model chose: memory_write
-// appends to the caller's own memory (a group's notes in a group chat, see
-// [notes.Notes.WriteFolder]), and memory_search and memory_get see only
-// the roots the caller may read ([notes.Notes.Readable]). Asking
-// memory_get for another user's file fails with an error wrapping
+// appends to the user's memory in a private chat and, in a group chat, to
+// the speaker's own notes made in that group (scope "me", the default) or
+// the group's notes (scope "group"); see [notes.Notes.WriteFolder].
+// memory_search and memory_get see only the roots the caller may read
+// ([notes.Notes.Readable]): in a group never a member's direct-chat
+// memory (the speaker's included) nor another member's in-group notes.
+// Asking memory_get for a file outside them fails with an error wrapping
 // [tools.ErrDenied]. The tools are safe for concurrent use.
 package memory
 
@@ -85,4 +88,15 @@ func scope(s tools.Session) (notes.Scope, error) {
 		return notes.Scope{}, fmt.Errorf("%w: this conversation has no user to keep memory for (%v)", tools.ErrDenied, err)
 	}
 	return sc, nil
+}
+
+// readableHere says, for an error, which memory a caller can read.
+func (b base) readableHere(sc notes.Scope) string {
+	switch {
+	case b.notes.Shared():
+		return "the shared notes"
+	case sc.IsGroup:
+		return "in a group chat: the group's notes, your notes about the person speaking made in this group, and the shared notes; direct-chat memory is never readable in a group"
+	}
+	return "your notes about this user and the shared notes"
 }

@@ -136,54 +136,89 @@ func TestWriteThenSearchAndGet(t *testing.T) {
 	}
 }
 
+// TestGroupPrivacy: Alice's direct-chat memory never reaches the group,
+// her own included; a member's in-group notes reach only their own
+// messages; group-scoped notes reach every member.
 func TestGroupPrivacy(t *testing.T) {
 	e := newEnv(t, memcfg.ScopeUser)
-	// Alice tells the bot a private fact in her private chat.
+	// Alice tells the bot a secret in her private chat.
 	e.ok(t, alice, "memory_write", map[string]string{"text": "Alice is interviewing at Globex secretly", "kind": "core"})
 	e.ok(t, alice, "memory_write", map[string]string{"text": "Alice's Globex interview is on Tuesday", "kind": "daily"})
 	// Bob's own private memory.
 	e.ok(t, bob, "memory_write", map[string]string{"text": "Bob's Globex shares were sold", "kind": "core"})
-	// In the group, something everyone heard.
-	out := e.ok(t, aliceInGroup, "memory_write", map[string]string{"text": "team lunch with Globex partners on Thursday", "kind": "daily"})
-	if !strings.Contains(out, "memory/chats/telegram/-500/") {
+	// In the group: Alice's own note (default scope "me") and a note for everyone.
+	out := e.ok(t, aliceInGroup, "memory_write", map[string]string{"text": "Alice wants the Globex slides in German", "kind": "core"})
+	if !strings.Contains(out, "memory/chats/telegram/-500/users/100/MEMORY.md") {
+		t.Errorf("in-group write went to %q", out)
+	}
+	out = e.ok(t, aliceInGroup, "memory_write", map[string]string{"text": "team lunch with Globex partners on Thursday", "kind": "daily", "scope": "group"})
+	if !strings.Contains(out, "memory/chats/telegram/-500/2025-03-10.md") {
 		t.Errorf("group write went to %q", out)
 	}
 	if _, err := e.idx.Sync(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-
-	bobSees := e.ok(t, bobInGroup, "memory_search", map[string]any{"query": "Globex", "max_results": 50})
-	if strings.Contains(bobSees, "interview") || strings.Contains(bobSees, "users/telegram/100") {
-		t.Errorf("Bob's search in the group shows Alice's private memory:\n%s", bobSees)
-	}
-	if !strings.Contains(bobSees, "team lunch") || !strings.Contains(bobSees, "shares were sold") {
-		t.Errorf("Bob's search lacks the group's notes or his own:\n%s", bobSees)
-	}
-	aliceSees := e.ok(t, aliceInGroup, "memory_search", map[string]any{"query": "Globex"})
-	if !strings.Contains(aliceSees, "interview") || !strings.Contains(aliceSees, "team lunch") || strings.Contains(aliceSees, "shares") {
-		t.Errorf("Alice's search in the group:\n%s", aliceSees)
-	}
-	// Bob privately does not see the group's notes either.
-	if out := e.ok(t, bob, "memory_search", map[string]any{"query": "Globex lunch"}); strings.Contains(out, "team lunch") {
-		t.Errorf("Bob's private search shows group notes:\n%s", out)
-	}
-
-	for _, p := range []string{
-		"memory/users/telegram/100/MEMORY.md",
-		"memory/users/telegram/100/2025-03-10.md",
-		"./memory/users/telegram/200/../100/MEMORY.md",
-		"memory/users/telegram/200/../../../../MEMORY.md/../memory/users/telegram/100/MEMORY.md",
-		"AGENT.md",
-		"../outside.md",
-		"/etc/passwd",
+	for _, tt := range []struct {
+		name          string
+		s             tools.Session
+		want, mustNot []string
+	}{
+		{"alice in group", aliceInGroup, []string{"team lunch", "slides in German"}, []string{"interview", "users/telegram/100", "shares"}},
+		{"bob in group", bobInGroup, []string{"team lunch"}, []string{"interview", "slides", "shares", "users/telegram/"}},
+		{"alice private", alice, []string{"interview"}, []string{"team lunch", "slides", "shares"}},
+		{"bob private", bob, []string{"shares"}, []string{"team lunch", "slides", "interview"}},
 	} {
-		r := e.call(t, bobInGroup, "memory_get", map[string]any{"path": p})
-		if !r.IsError || !r.Denied || strings.Contains(r.Text, "Globex") {
-			t.Errorf("Bob's memory_get(%q) = %+v, want a denial", p, r)
+		got := e.ok(t, tt.s, "memory_search", map[string]any{"query": "Globex", "max_results": 50})
+		for _, w := range tt.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: search lacks %q:\n%s", tt.name, w, got)
+			}
 		}
+		for _, w := range tt.mustNot {
+			if strings.Contains(got, w) {
+				t.Errorf("%s: search shows %q:\n%s", tt.name, w, got)
+			}
+		}
+	}
+	for _, s := range []tools.Session{aliceInGroup, bobInGroup} {
+		for _, p := range []string{
+			"memory/users/telegram/100/MEMORY.md",
+			"memory/users/telegram/100/2025-03-10.md",
+			"memory/users/telegram/200/MEMORY.md",
+			"./memory/users/telegram/200/../100/MEMORY.md",
+			"memory/chats/telegram/-500/users/300/../../../../../users/telegram/100/MEMORY.md",
+			"AGENT.md",
+			"../outside.md",
+			"/etc/passwd",
+		} {
+			r := e.call(t, s, "memory_get", map[string]any{"path": p})
+			if !r.IsError || !r.Denied || strings.Contains(r.Text, "Globex") {
+				t.Errorf("%s: memory_get(%q) = %+v, want a denial", s.UserID, p, r)
+			}
+		}
+	}
+	r := e.call(t, bobInGroup, "memory_get", map[string]any{"path": "memory/chats/telegram/-500/users/100/MEMORY.md"})
+	if !r.IsError || !r.Denied || strings.Contains(r.Text, "German") {
+		t.Errorf("Bob's memory_get of Alice's in-group notes = %+v, want a denial", r)
+	}
+	if !strings.Contains(r.Text, "direct-chat memory is never readable in a group") {
+		t.Errorf("denial does not explain what is readable: %q", r.Text)
 	}
 	if out := e.ok(t, bobInGroup, "memory_get", map[string]any{"path": "memory/chats/telegram/-500/2025-03-10.md"}); !strings.Contains(out, "team lunch") {
 		t.Errorf("group notes not readable by a member: %q", out)
+	}
+	if out := e.ok(t, aliceInGroup, "memory_get", map[string]any{"path": "memory/chats/telegram/-500/users/100/MEMORY.md"}); !strings.Contains(out, "German") {
+		t.Errorf("Alice cannot read her own in-group notes: %q", out)
+	}
+	// Nothing said in the group reached a direct-chat folder.
+	if b, err := os.ReadFile(filepath.Join(e.dir, "memory/users/telegram/100/MEMORY.md")); err != nil || strings.Contains(string(b), "German") {
+		t.Errorf("Alice's direct-chat memory = %q, %v", b, err)
+	}
+	if r := e.call(t, alice, "memory_write", map[string]string{"text": "x", "kind": "core", "scope": "group"}); !r.IsError || !strings.Contains(r.Text, "private chat") {
+		t.Errorf("scope group in a private chat = %+v", r)
+	}
+	if r := e.call(t, aliceInGroup, "memory_write", map[string]string{"text": "x", "kind": "core", "scope": "everyone"}); !r.IsError || !strings.Contains(r.Text, "scope must be") {
+		t.Errorf("bad scope = %+v", r)
 	}
 }
 
@@ -191,6 +226,9 @@ func TestSharedScope(t *testing.T) {
 	e := newEnv(t, memcfg.ScopeShared)
 	if out := e.ok(t, aliceInGroup, "memory_write", map[string]string{"text": "the wifi password rotates monthly", "kind": "core"}); !strings.HasSuffix(out, ": MEMORY.md") {
 		t.Errorf("shared write = %q", out)
+	}
+	if out := e.ok(t, bobInGroup, "memory_write", map[string]string{"text": "the printer is on floor 2", "kind": "core", "scope": "group"}); !strings.HasSuffix(out, ": MEMORY.md") {
+		t.Errorf("shared write with scope group = %q", out)
 	}
 	if out := e.ok(t, bob, "memory_search", map[string]any{"query": "wifi"}); !strings.Contains(out, "MEMORY.md lines") {
 		t.Errorf("shared memory not found by another user: %q", out)
@@ -260,7 +298,7 @@ func TestPromptRules(t *testing.T) {
 	if strings.Contains(private, "group") {
 		t.Error("private rules talk about groups")
 	}
-	if g := memtools.PromptRules(false, true); !strings.Contains(g, "group's notes") || !strings.Contains(g, "do not reveal") {
+	if g := memtools.PromptRules(false, true); !strings.Contains(g, "group's notes") || !strings.Contains(g, "do not reveal") || !strings.Contains(g, `scope "group"`) {
 		t.Errorf("group rules = %q", g)
 	}
 	if g := memtools.PromptRules(true, true); strings.Contains(g, "group's notes") {

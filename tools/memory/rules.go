@@ -23,7 +23,7 @@ One short self-contained statement per call, with names and absolute dates ("202
 `)
 	if group && !shared {
 		b.WriteString(`
-This is a group chat: what you write is kept in this group's notes, which every member's messages can see. Notes marked as private belong to the person speaking now: use them to help that person, and do not reveal them to others in the group unless that person asks you to.
+This is a group chat. Memory here is this group's only: what anyone told you in a private chat is not available in the group, and you must not ask for it. memory_write keeps a note about the person speaking now in their notes for this group (scope "me", the default; seen only in their messages here) or, with scope "group", in this group's notes that every member's messages see: use "group" for what concerns the group (plans, decisions, agreements), "me" for one person's preferences. The speaker's notes shown below belong to the person speaking now: use them to help that person, and do not reveal them to others in the group unless that person asks you to.
 `)
 	}
 	return b.String()

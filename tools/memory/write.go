@@ -18,13 +18,16 @@ func (*writeTool) Description() string {
 		"kind \"core\": a lasting fact or preference (added to MEMORY.md, which is shown to you at the start of every conversation); " +
 		"kind \"daily\": a note about today (decisions, to-dos, events; found later with memory_search). " +
 		"Write one short, self-contained statement per call, with names and dates instead of \"he\" or \"tomorrow\". " +
-		"The file is chosen for you: your notes about this user, or the group's notes in a group chat."
+		"The file is chosen for you: in a private chat, your notes about this user; in a group chat, your notes about " +
+		"the person speaking made in this group (scope \"me\", the default), or the group's notes that every member's " +
+		"messages see (scope \"group\")."
 }
 
 func (*writeTool) Schema() json.RawMessage {
 	return json.RawMessage(`{"type":"object","properties":{` +
 		`"text":{"type":"string","description":"What to remember, as a short self-contained statement."},` +
-		`"kind":{"type":"string","enum":["core","daily"],"description":"core: lasting fact shown in every conversation; daily: note for today's log."}` +
+		`"kind":{"type":"string","enum":["core","daily"],"description":"core: lasting fact shown in every conversation; daily: note for today's log."},` +
+		`"scope":{"type":"string","enum":["me","group"],"description":"Group chats only: me (default) keeps the note about the person speaking, seen only in their messages in this group; group keeps it in the group's notes, seen by every member."}` +
 		`},"required":["text","kind"],"additionalProperties":false}`)
 }
 
@@ -32,9 +35,18 @@ func (*writeTool) Permission() string { return tools.PermWrite }
 func (*writeTool) ParallelSafe() bool { return false }
 
 type writeArgs struct {
-	Text string `json:"text"`
-	Kind string `json:"kind"`
+	Text  string `json:"text"`
+	Kind  string `json:"kind"`
+	Scope string `json:"scope"`
 }
+
+// Scopes of memory_write in a group chat.
+const (
+	// ScopeMe keeps a note in the speaker's own notes made in the group.
+	ScopeMe = "me"
+	// ScopeGroup keeps a note in the group's notes.
+	ScopeGroup = "group"
+)
 
 func (t *writeTool) Run(ctx context.Context, call tools.Call) (tools.Result, error) {
 	var a writeArgs
@@ -52,6 +64,16 @@ func (t *writeTool) Run(ctx context.Context, call tools.Call) (tools.Result, err
 	if err != nil {
 		return tools.Result{}, err
 	}
+	switch a.Scope {
+	case "", ScopeMe:
+	case ScopeGroup:
+		if !sc.IsGroup {
+			return tools.Result{}, fmt.Errorf("%w: scope \"group\" is for group chats; this is a private chat, leave scope out", tools.ErrBadArgs)
+		}
+		sc.GroupNotes = true
+	default:
+		return tools.Result{}, fmt.Errorf("%w: scope must be \"me\" or \"group\", got %q", tools.ErrBadArgs, a.Scope)
+	}
 	if err := ctx.Err(); err != nil {
 		return tools.Result{}, err
 	}
@@ -67,8 +89,12 @@ func (t *writeTool) Run(ctx context.Context, call tools.Call) (tools.Result, err
 	if a.Kind == notes.KindCore {
 		where = "core memory (shown to you from the next message on)"
 	}
-	if sc.IsGroup && !t.notes.Shared() {
-		where += " of this group"
+	switch {
+	case !sc.IsGroup || t.notes.Shared():
+	case sc.GroupNotes:
+		where += " of this group, seen by every member"
+	default:
+		where += " about the person speaking in this group, seen only in their messages here"
 	}
 	return tools.Result{Text: fmt.Sprintf("Saved to %s: %s", where, rel)}, nil
 }
