@@ -94,10 +94,10 @@ type search struct {
 	base    string   // root-relative folder searched
 	limit   int
 	out     []string
-	size    int  // bytes in out
-	full    bool // limit or output size reached
-	files   int  // files examined
-	skipped int  // files skipped (too big, binary, unreadable)
+	size    int             // bytes in out
+	full    bool            // limit or output size reached
+	files   int             // files examined
+	skipped int             // files skipped (too big, binary, unreadable)
 	fs      workspace.Guard // the session's
 }
 
