@@ -83,9 +83,14 @@ func (m *memorySystem) close() {
 	_ = m.index.Close()
 }
 
-// guard hides other users' private memory from the file tools.
+// guard is the path policy of every tool touching workspace files (file
+// tools, search_files, send_message): other users' private memory
+// (notes.Visible) and other chats' inbox folders (workspace.InboxVisible)
+// are hidden. The tools apply it through a workspace.Guard, to the path as
+// given and to its real path.
 func (m *memorySystem) guard(s tools.Session, rel string) bool {
-	return m.notes.Visible(notes.Scope{Channel: s.Channel, ChatID: s.ChatID, UserID: s.UserID, IsGroup: s.IsGroup}, rel)
+	return m.notes.Visible(notes.Scope{Channel: s.Channel, ChatID: s.ChatID, UserID: s.UserID, IsGroup: s.IsGroup}, rel) &&
+		workspace.InboxVisible(s.Channel, s.ChatID, rel)
 }
 
 // View implements agent.Memory.
