@@ -620,7 +620,7 @@ func TestE2EGroupMemoryStaysPrivate(t *testing.T) {
 		}
 	}
 	last := reqs[2].Body.Messages
-	if res := last[len(last)-1]; res.Role != "tool" || !strings.Contains(res.Content, "another user's private memory") {
+	if res := last[len(last)-1]; res.Role != "tool" || !strings.Contains(res.Content, "private to another user or chat") {
 		t.Fatalf("read_file of Alice's memory for Bob = %+v", res)
 	}
 }
