@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -118,4 +119,16 @@ func (m *memorySystem) NoteSummary(s agent.Speaker, at time.Time, heading, text 
 	_, err := m.notes.AppendDaily(notes.Scope{Channel: s.Channel, ChatID: s.ChatID, UserID: s.UserID, IsGroup: s.IsGroup}, at,
 		"## "+heading+" ("+at.Format("15:04")+")\n\n"+text)
 	return err
+}
+
+// publicPath reports whether rel lies outside every private area of the
+// workspace: the memory folders of users and chats and the chat inboxes.
+// It limits what is shown to every user alike (skills).
+func publicPath(rel string) bool {
+	for _, dir := range []string{notes.UsersDir, notes.ChatsDir, workspace.InboxDir} {
+		if rel == dir || strings.HasPrefix(rel, dir+"/") {
+			return false
+		}
+	}
+	return true
 }

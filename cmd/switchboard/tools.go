@@ -119,7 +119,7 @@ func assembleTools(cfg Config, ws *workspace.Workspace, db *bolt.DB, pub toolsPu
 		}
 	}
 	list = append(list, extra...)
-	catalog := skills.New(ws, skills.Options{}, log.With("component", "skills"))
+	catalog := skills.New(ws, skills.Options{Allow: publicPath}, log.With("component", "skills"))
 	reg, err := tools.NewRegistry(list...)
 	if err != nil {
 		return nil, nil, err
