@@ -47,7 +47,6 @@ func TestSkillLinkIntoPrivateFolderRefused(t *testing.T) {
 	}
 	for _, n := range []string{"soft", "hard"} {
 		s, ok := c.Lookup(n)
-		t.Logf("%s: %+v %v", n, s, ok)
 		if ok && (s.Problem == "" || strings.Contains(s.Description, "secret")) {
 			t.Errorf("skill %s = %+v, want it refused", n, s)
 		}
