@@ -117,6 +117,13 @@ type Options struct {
 	// Recheck is how often requirements are checked again when no file
 	// changed, so that a program installed later is noticed (default 1m).
 	Recheck time.Duration
+	// Allow, when set, limits where a SKILL.md may be read from: it is
+	// applied to the path and to its real path after symbolic links
+	// (workspace.Guard; hard-linked files are refused too). A skill is
+	// shown to every user, so the daemon refuses every private folder
+	// (memory of users and chats, chat inboxes): a link planted in
+	// skills/ cannot publish one user's files to all.
+	Allow workspace.Allow
 }
 
 // Catalog is the workspace's skill list, re-read when the skills folder
@@ -257,7 +264,7 @@ func (c *Catalog) scan() {
 			continue // a file, or a link leading outside the workspace
 		}
 		s := Skill{Name: d, Path: rel}
-		data, err := readCapped(c.ws.Root(), rel)
+		data, err := readCapped(c.ws.Guard(c.opt.Allow), rel)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			continue // a folder without SKILL.md is not a skill
@@ -316,8 +323,8 @@ func (c *Catalog) check() {
 	}
 }
 
-func readCapped(root *os.Root, rel string) ([]byte, error) {
-	f, err := root.Open(rel)
+func readCapped(g workspace.Guard, rel string) ([]byte, error) {
+	f, _, err := g.Open(rel)
 	if err != nil {
 		return nil, err
 	}
@@ -493,7 +500,7 @@ func (c *Catalog) Fallback(ctx context.Context, name string, _ tools.Call) (tool
 	if !ok {
 		return tools.Result{}, false
 	}
-	data, err := readCapped(c.ws.Root(), s.Path)
+	data, err := readCapped(c.ws.Guard(c.opt.Allow), s.Path)
 	if err != nil {
 		return tools.Result{Text: fmt.Sprintf("%q is a skill, not a tool, but its %s could not be read: %v", name, s.Path, innermost(err)), IsError: true}, true
 	}

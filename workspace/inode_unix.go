@@ -13,3 +13,11 @@ func inodeOf(fi fs.FileInfo) uint64 {
 	}
 	return 0
 }
+
+// linkCount returns the number of hard links of a file.
+func linkCount(fi fs.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Nlink) //nolint:unconvert // Nlink is not uint64 on every platform
+	}
+	return 1
+}

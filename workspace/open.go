@@ -169,14 +169,25 @@ func (w *Workspace) PromptFiles() ([]PromptFile, error) {
 }
 
 // promptFile returns the current version of name; w.mu is held.
+//
+// The prompt files enter every user's prompt, so one that is a symbolic
+// link or has another hard link (it could be someone's private memory file
+// planted at the top of the workspace) is left out with a warning, as if it
+// were missing: the files are opened through a [Guard] that accepts the
+// file's own name only.
 func (w *Workspace) promptFile(name string) (PromptFile, bool, error) {
-	fi, err := w.root.Stat(name)
+	fi, err := w.root.Lstat(name)
 	if errors.Is(err, fs.ErrNotExist) {
 		delete(w.cache, name)
 		return PromptFile{}, false, nil
 	}
 	if err != nil {
 		return PromptFile{}, false, err
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 || (fi.Mode().IsRegular() && linkCount(fi) > 1) {
+		delete(w.cache, name)
+		w.log.Warn("prompt file left out: it is a link, and may show another user's private file to everyone", "file", name)
+		return PromptFile{}, false, nil
 	}
 	if !fi.Mode().IsRegular() {
 		return PromptFile{}, false, fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
@@ -196,7 +207,7 @@ func (w *Workspace) promptFile(name string) (PromptFile, bool, error) {
 // readPromptFile reads name and stamps it with the stat of the open file,
 // so a concurrent edit is at worst read again on the next call.
 func (w *Workspace) readPromptFile(name string) (PromptFile, fileStamp, error) {
-	f, err := w.root.Open(name)
+	f, _, err := w.Guard(func(rel string) bool { return rel == name }).NoSymlinks().Open(name)
 	if err != nil {
 		return PromptFile{}, fileStamp{}, err
 	}

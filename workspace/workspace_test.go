@@ -271,7 +271,7 @@ func TestPromptFilesSymlinkOutsideRefused(t *testing.T) {
 	dir := t.TempDir()
 	w := open(t, dir)
 	outside := filepath.Join(t.TempDir(), "secret.md")
-	write(t, outside, "secret")
+	write(t, outside, "outside-only-QX7")
 	path := filepath.Join(dir, workspace.UserFile)
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
@@ -279,8 +279,61 @@ func TestPromptFilesSymlinkOutsideRefused(t *testing.T) {
 	if err := os.Symlink(outside, path); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.PromptFiles(); err == nil {
-		t.Error("PromptFiles followed a symlink out of the workspace")
+	files, err := w.PromptFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if strings.Contains(f.Content, "outside-only-QX7") {
+			t.Errorf("PromptFiles followed a symlink out of the workspace: %s = %q", f.Name, f.Content)
+		}
+	}
+}
+
+// TestPromptFilesPlantedLinksLeftOut: the prompt files enter every user's
+// prompt, so a MEMORY.md (or USER.md) replaced by a symbolic or hard link
+// to a user's private memory file must not show that file to everyone.
+func TestPromptFilesPlantedLinksLeftOut(t *testing.T) {
+	for _, kind := range []string{"symlink", "hardlink"} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			w := open(t, dir)
+			if _, err := w.PromptFiles(); err != nil { // fill the cache first
+				t.Fatal(err)
+			}
+			private := filepath.Join(dir, "memory", "users", "telegram", "alice", "MEMORY.md")
+			if err := os.MkdirAll(filepath.Dir(private), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			write(t, private, "- Alice's PIN hint is blue whale")
+			for _, name := range []string{workspace.MemoryFile, workspace.UserFile} {
+				path := filepath.Join(dir, name)
+				if err := os.Remove(path); err != nil {
+					t.Fatal(err)
+				}
+				var err error
+				if kind == "symlink" {
+					err = os.Symlink("memory/users/telegram/alice/MEMORY.md", path)
+				} else {
+					err = os.Link(private, path)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			files, err := w.PromptFiles()
+			if err != nil {
+				t.Fatalf("PromptFiles with planted links = %v, want the links left out", err)
+			}
+			for _, f := range files {
+				if strings.Contains(f.Content, "blue whale") {
+					t.Fatalf("%s through a %s put Alice's private memory into the shared prompt", f.Name, kind)
+				}
+				if f.Name == workspace.MemoryFile || f.Name == workspace.UserFile {
+					t.Errorf("%s (a %s) is in the prompt", f.Name, kind)
+				}
+			}
+		})
 	}
 }
 

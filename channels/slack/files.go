@@ -16,10 +16,8 @@ import (
 	slackapi "github.com/slack-go/slack"
 
 	"switchboard/bus"
+	"switchboard/workspace"
 )
-
-// inboxDir is the workspace folder shared files are saved in.
-const inboxDir = "inbox"
 
 // fileRef is a file shared in a message, as the event describes it.
 // Slack Connect events carry only the id (file_access
@@ -101,7 +99,7 @@ func (a *Adapter) fetchFiles(ctx context.Context, ev *event) (atts []bus.Attachm
 			}
 			// Too large to send inline: save it like any file.
 		}
-		notes = append(notes, a.saveFile(ctx, f, name, url))
+		notes = append(notes, a.saveFile(ctx, ev.Channel, f, name, url))
 	}
 	return atts, notes
 }
@@ -112,9 +110,10 @@ func fromAPIFile(f *slackapi.File) fileRef {
 		URLPrivate: f.URLPrivate, URLPrivateDownload: f.URLPrivateDownload, Mode: f.Mode}
 }
 
-// saveFile downloads a file into the workspace inbox and returns the note
-// describing where it is (or why it is not).
-func (a *Adapter) saveFile(ctx context.Context, f fileRef, name, url string) string {
+// saveFile downloads a file shared in chat into the chat's inbox folder,
+// inbox/slack/<chat>/ (workspace.InboxFolder: private to that chat), and
+// returns the note describing where it is (or why it is not).
+func (a *Adapter) saveFile(ctx context.Context, chat string, f fileRef, name, url string) string {
 	desc := fmt.Sprintf("%s, %d bytes", cmp.Or(f.Mimetype, "unknown type"), f.Size)
 	if a.opts.Inbox == nil {
 		return fmt.Sprintf("[file %q (%s) was shared but not saved: no workspace]", name, desc)
@@ -123,18 +122,21 @@ func (a *Adapter) saveFile(ctx context.Context, f fileRef, name, url string) str
 		return fmt.Sprintf("[file %q (%s) was shared but not saved: larger than %d MiB]", name, desc, maxFileBytes>>20)
 	}
 	root := a.opts.Inbox
-	if err := root.Mkdir(inboxDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		a.log.Warn("cannot create the inbox folder", "err", err)
+	dir, err := workspace.InboxFolder(ChannelName, chat)
+	if err == nil {
+		err = root.MkdirAll(dir, 0o700)
+	}
+	if err != nil {
+		a.log.Warn("cannot create the inbox folder", "chat_id", chat, "err", err)
 		return fmt.Sprintf("[file %q (%s) was shared but could not be saved]", name, desc)
 	}
 	base := safeName(f.ID, name)
 	var (
 		rel  string
 		file *os.File
-		err  error
 	)
 	for i := 0; i < 100; i++ {
-		rel = path.Join(inboxDir, numbered(base, i))
+		rel = path.Join(dir, numbered(base, i))
 		file, err = root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if !errors.Is(err, fs.ErrExist) {
 			break

@@ -148,27 +148,27 @@ func TestSaveFileNeverOverwrites(t *testing.T) {
 	e := newEnv(t)
 	a := e.offline("")
 	e.slack.addFile("F1", map[string]any{"name": "a.txt", "mimetype": "text/plain", "size": 3}, []byte("new"))
-	if err := e.root.Mkdir(inboxDir, 0o700); err != nil {
+	if err := e.root.MkdirAll("inbox/slack/D1", 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.root.WriteFile("inbox/F1-a.txt", []byte("old"), 0o600); err != nil {
+	if err := e.root.WriteFile("inbox/slack/D1/F1-a.txt", []byte("old"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	f := fileRef{ID: "F1", Name: "a.txt", Mimetype: "text/plain", Size: 3}
-	note := a.saveFile(t.Context(), f, "a.txt", e.slack.srv.URL+"/files/F1")
-	if !strings.Contains(note, "inbox/F1-a-1.txt") {
-		t.Errorf("note = %q, want the file saved as inbox/F1-a-1.txt", note)
+	note := a.saveFile(t.Context(), "D1", f, "a.txt", e.slack.srv.URL+"/files/F1")
+	if !strings.Contains(note, "inbox/slack/D1/F1-a-1.txt") {
+		t.Errorf("note = %q, want the file saved as inbox/slack/D1/F1-a-1.txt", note)
 	}
-	if b, _ := e.root.ReadFile("inbox/F1-a.txt"); string(b) != "old" {
+	if b, _ := e.root.ReadFile("inbox/slack/D1/F1-a.txt"); string(b) != "old" {
 		t.Errorf("the existing file was overwritten: %q", b)
 	}
 	a.opts.Inbox = nil
-	if note := a.saveFile(t.Context(), f, "a.txt", ""); !strings.Contains(note, "not saved: no workspace") {
+	if note := a.saveFile(t.Context(), "D1", f, "a.txt", ""); !strings.Contains(note, "not saved: no workspace") {
 		t.Errorf("without a workspace: %q", note)
 	}
 	big := fileRef{ID: "F2", Name: "big.bin", Size: maxFileBytes + 1}
 	a.opts.Inbox = e.root
-	if note := a.saveFile(t.Context(), big, "big.bin", ""); !strings.Contains(note, "larger than 25 MiB") {
+	if note := a.saveFile(t.Context(), "D1", big, "big.bin", ""); !strings.Contains(note, "larger than 25 MiB") {
 		t.Errorf("too large: %q", note)
 	}
 }

@@ -333,14 +333,14 @@ func TestFilesSharedWithTheBot(t *testing.T) {
 	e.slack.mu.Unlock()
 	e.send("a", ev)
 	got, _ := waitInbound(t, in, "look\n\n"+
-		"[file \"../Q3 report.pdf\" saved in the workspace as inbox/F2-_Q3_report.pdf (application/pdf, 8 bytes)]\n"+
-		"[file \"notes.txt\" saved in the workspace as inbox/F3-notes.txt (text/plain, 5 bytes)]\n"+
-		"[file \"huge.jpg\" saved in the workspace as inbox/F4-huge.jpg (image/jpeg, 524289 bytes)]")
+		"[file \"../Q3 report.pdf\" saved in the workspace as inbox/slack/D1/F2-_Q3_report.pdf (application/pdf, 8 bytes)]\n"+
+		"[file \"notes.txt\" saved in the workspace as inbox/slack/D1/F3-notes.txt (text/plain, 5 bytes)]\n"+
+		"[file \"huge.jpg\" saved in the workspace as inbox/slack/D1/F4-huge.jpg (image/jpeg, 524289 bytes)]")
 	want := []bus.Attachment{{Kind: "image", MIME: "image/png", Name: "cat.png", Size: int64(len(png)), Data: base64.StdEncoding.EncodeToString(png)}}
 	if diff := cmp.Diff(want, got.Attachments); diff != "" {
 		t.Errorf("attachments (-want +got):\n%s", diff)
 	}
-	for name, content := range map[string]string{"inbox/F2-_Q3_report.pdf": "%PDF-1.7", "inbox/F3-notes.txt": "notes"} {
+	for name, content := range map[string]string{"inbox/slack/D1/F2-_Q3_report.pdf": "%PDF-1.7", "inbox/slack/D1/F3-notes.txt": "notes"} {
 		b, err := e.root.ReadFile(name)
 		if err != nil || string(b) != content {
 			t.Errorf("%s = %q, %v; want %q", name, b, err, content)

@@ -109,7 +109,8 @@ type Options struct {
 	// are cut.
 	MaxTextBytes int
 	// Inbox is the workspace root: files users share with the bot (other
-	// than images sent to the model) are saved under inbox/ in it. Nil
+	// than images sent to the model) are saved under inbox/slack/<chat>/
+	// in it (workspace.InboxFolder). Nil
 	// means files are not saved (the message says so).
 	Inbox *os.Root
 	// StorePath is the bbolt file remembering answered threads, denied

@@ -15,15 +15,13 @@ import (
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 
 	"switchboard/bus"
+	"switchboard/workspace"
 )
 
 // Bounds on media work done before an update is published.
 const (
 	downloadTimeout   = 2 * time.Minute
 	transcribeTimeout = 2 * time.Minute
-	// inboxDir is the workspace folder received files are saved under,
-	// one folder per chat.
-	inboxDir = "inbox/telegram"
 )
 
 // file is one downloadable file of a message.
@@ -222,8 +220,9 @@ func (a *Adapter) skipped(f file, err error) string {
 	return fmt.Sprintf("[The user sent a %s %q (%s) that was not downloaded: %s]", f.what, f.name, orDefault(f.mime, "unknown type"), reason(err))
 }
 
-// store writes data into the workspace inbox as
-// inbox/telegram/<chat>/<message id>-<name> (atomically: a temporary file
+// store writes data into the chat's inbox folder as
+// inbox/telegram/<chat>/<message id>-<name> (workspace.InboxFolder: private
+// to that chat; atomically: a temporary file
 // renamed into place, so a repeat of the same update overwrites it whole)
 // and returns a note for the text naming it. Without a workspace it only
 // describes the file.
@@ -235,7 +234,10 @@ func (a *Adapter) store(chat int64, f file, data []byte) (string, error) {
 	if a.deps.Files == nil {
 		return fmt.Sprintf("[The user sent a %s %q (%s, %d bytes); it was not saved: no workspace]", f.what, f.name, typ, len(data)), nil
 	}
-	dir := path.Join(inboxDir, chatKey(chat))
+	dir, err := workspace.InboxFolder(Name, chatKey(chat))
+	if err != nil {
+		return "", fmt.Errorf("telegram: save %s: %w", f.name, err)
+	}
 	base := safeName(f.name)
 	if f.msg != "" {
 		base = f.msg + "-" + base

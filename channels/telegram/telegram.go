@@ -28,7 +28,8 @@
 //     UTF-16 units, with a plain-text fallback; typing kept alive while a
 //     turn runs; per-chat, group and global rate limits; 429 waits.
 //   - Media: photos become image attachments, documents and other files
-//     are saved in the workspace inbox/ and referenced in the text, voice
+//     are saved in the chat's inbox folder inbox/telegram/<chat>/ (private
+//     to that chat) and referenced in the text, voice
 //     notes are transcribed when a [Transcriber] is given.
 package telegram
 
@@ -78,7 +79,7 @@ type Deps struct {
 	// (data_dir/telegram.db); used in polling mode.
 	StatePath string
 	// Files is the workspace root; documents and voice notes are saved
-	// under inbox/telegram/ in it. Nil: files are only described in the
+	// under inbox/telegram/<chat>/ in it. Nil: files are only described in the
 	// text, not saved.
 	Files *os.Root
 	// Transcriber, when not nil, turns voice notes into text.

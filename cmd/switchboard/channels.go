@@ -18,7 +18,8 @@ type channelDeps struct {
 	// Subjects is the bus's subject scheme (bus.subject_prefix).
 	Subjects bus.Subjects
 	// Workspace is the agent's workspace; adapters save shared files in
-	// its inbox/ folder. It may be nil.
+	// its inbox/<channel>/<chat>/ folders (workspace.InboxFolder), each
+	// private to its chat. It may be nil.
 	Workspace *workspace.Workspace
 	// DataDir is data_dir, where adapters keep their state files.
 	DataDir string

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -83,11 +84,15 @@ func (m *memorySystem) close() {
 	_ = m.index.Close()
 }
 
-// guard hides the private memory a session may not see from the file
-// tools (notes.Notes.Visible: in a group no direct-chat folder, no other
-// member's in-group notes).
+// guard is the path policy of every tool touching workspace files (file
+// tools, search_files, send_message): other users' private memory
+// (notes.Visible: in a group no direct-chat folder, no other member's
+// in-group notes) and other chats' inbox folders (workspace.InboxVisible)
+// are hidden. The tools apply it through a workspace.Guard, to the path as
+// given and to its real path.
 func (m *memorySystem) guard(s tools.Session, rel string) bool {
-	return m.notes.Visible(notes.Scope{Channel: s.Channel, ChatID: s.ChatID, UserID: s.UserID, IsGroup: s.IsGroup}, rel)
+	return m.notes.Visible(notes.Scope{Channel: s.Channel, ChatID: s.ChatID, UserID: s.UserID, IsGroup: s.IsGroup}, rel) &&
+		workspace.InboxVisible(s.Channel, s.ChatID, rel)
 }
 
 // View implements agent.Memory: the memory files notes.Notes.Prompt gives
@@ -121,4 +126,16 @@ func (m *memorySystem) NoteSummary(s agent.Speaker, at time.Time, heading, text 
 	_, err := m.notes.AppendDaily(notes.Scope{Channel: s.Channel, ChatID: s.ChatID, UserID: s.UserID, IsGroup: s.IsGroup, GroupNotes: true}, at,
 		"## "+heading+" ("+at.Format("15:04")+")\n\n"+text)
 	return err
+}
+
+// publicPath reports whether rel lies outside every private area of the
+// workspace: the memory folders of users and chats and the chat inboxes.
+// It limits what is shown to every user alike (skills).
+func publicPath(rel string) bool {
+	for _, dir := range []string{notes.UsersDir, notes.ChatsDir, workspace.InboxDir} {
+		if rel == dir || strings.HasPrefix(rel, dir+"/") {
+			return false
+		}
+	}
+	return true
 }

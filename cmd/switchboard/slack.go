@@ -14,7 +14,7 @@ const compSlack = "slack"
 // newSlack builds the Slack channel from channels.slack. It returns nil
 // and no error when the section is absent or sets no token (the channel
 // is off). The adapter keeps its state in data_dir/slack.db, saves shared
-// files in the workspace's inbox/, and reports its health as the "slack"
+// files in the workspace's inbox/slack/<chat>/, and reports its health as the "slack"
 // component through d.Status. It does no I/O; the caller runs it.
 func newSlack(cfg Config, d channelDeps) (channels.Channel, error) {
 	sc := cfg.Channels.Slack

@@ -63,11 +63,11 @@ type builtTools struct {
 // data_dir/tools.db. Nothing runs in the background yet: run does that
 // (the scheduler, MCP connections, bash's background jobs) until its ctx
 // is cancelled, then closes tools.db and returns nil. guard (may be nil)
-// hides paths from the file tools per session: another user's private
-// memory. Call run exactly
+// hides paths per session from the file tools, search_files and
+// send_message: another user's private memory, another chat's inbox. Call run exactly
 // once, as soon as buildTools succeeded; the toolbox must not be used
 // after run returned. On error nothing is left open.
-func buildTools(cfg Config, ws *workspace.Workspace, pub toolsPublisher, log *slog.Logger, guard files.Guard, extra ...tools.Tool) (*builtTools, func(context.Context) error, error) {
+func buildTools(cfg Config, ws *workspace.Workspace, pub toolsPublisher, log *slog.Logger, guard tools.PathGuard, extra ...tools.Tool) (*builtTools, func(context.Context) error, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -90,7 +90,7 @@ func buildTools(cfg Config, ws *workspace.Workspace, pub toolsPublisher, log *sl
 	return built, run, nil
 }
 
-func assembleTools(cfg Config, ws *workspace.Workspace, db *bolt.DB, pub toolsPublisher, log *slog.Logger, guard files.Guard, extra []tools.Tool) (*builtTools, func(context.Context) error, error) {
+func assembleTools(cfg Config, ws *workspace.Workspace, db *bolt.DB, pub toolsPublisher, log *slog.Logger, guard tools.PathGuard, extra []tools.Tool) (*builtTools, func(context.Context) error, error) {
 	subj := bus.Subjects{Prefix: cfg.Bus.SubjectPrefix}
 	chats, err := message.NewChats(db)
 	if err != nil {
@@ -104,7 +104,7 @@ func assembleTools(cfg Config, ws *workspace.Workspace, db *bolt.DB, pub toolsPu
 	list = append(list,
 		files.NewSearch(ws, cfg.Tools.SearchFiles, files.WithGuard(guard)),
 		web.NewFetch(cfg.Tools.WebFetch),
-		message.New(ws, chats, pub, subj, cfg.Tools.SendMessage),
+		message.New(ws, chats, pub, subj, cfg.Tools.SendMessage, message.WithGuard(guard)),
 		sched.Tool(),
 		chats.Recorder(),
 	)
@@ -119,7 +119,7 @@ func assembleTools(cfg Config, ws *workspace.Workspace, db *bolt.DB, pub toolsPu
 		}
 	}
 	list = append(list, extra...)
-	catalog := skills.New(ws, skills.Options{}, log.With("component", "skills"))
+	catalog := skills.New(ws, skills.Options{Allow: publicPath}, log.With("component", "skills"))
 	reg, err := tools.NewRegistry(list...)
 	if err != nil {
 		return nil, nil, err

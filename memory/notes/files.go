@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"switchboard/workspace"
 )
 
 // AppendDaily appends text to the daily notes of the day of t (in t's
@@ -104,15 +106,13 @@ func checkText(text string, limit int) (string, error) {
 func (n *Notes) appendFile(rel, header, entry, sep string) error {
 	n.wmu.Lock()
 	defer n.wmu.Unlock()
-	if err := n.noSymlinks(rel); err != nil {
-		return err
+	g := n.files()
+	if err := g.MkdirAll(path.Dir(rel), 0o700); err != nil {
+		return denied(err)
 	}
-	if err := n.root.MkdirAll(path.Dir(rel), 0o700); err != nil {
-		return err
-	}
-	f, err := n.root.OpenFile(rel, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	f, _, err := g.OpenFile(rel, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
-		return err
+		return denied(err)
 	}
 	fi, err := f.Stat()
 	if err != nil {
@@ -170,11 +170,8 @@ func (n *Notes) ReplaceCore(f Folder, text, suffix string) (string, error) {
 	core := f.Core()
 	n.wmu.Lock()
 	defer n.wmu.Unlock()
-	if err := n.noSymlinks(core); err != nil {
-		return "", fmt.Errorf("notes: replace core %s: %w", core, err)
-	}
-	if err := n.root.MkdirAll(path.Dir(core), 0o700); err != nil {
-		return "", fmt.Errorf("notes: replace core %s: %w", core, err)
+	if err := n.files().MkdirAll(path.Dir(core), 0o700); err != nil {
+		return "", fmt.Errorf("notes: replace core %s: %w", core, denied(err))
 	}
 	var backup string
 	old, err := n.readLimited(core)
@@ -203,9 +200,15 @@ func (n *Notes) ReplaceCore(f Folder, text, suffix string) (string, error) {
 // and renames it over rel. n.wmu is held.
 func (n *Notes) writeAtomic(rel string, data []byte) error {
 	tmp := path.Join(path.Dir(rel), "."+path.Base(rel)+".tmp")
-	f, err := n.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	g := n.files()
+	// rel itself is replaced, not opened; it must not be reached through
+	// a link either.
+	if _, err := g.Check(rel); err != nil {
+		return denied(err)
+	}
+	f, _, err := g.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return err
+		return denied(err)
 	}
 	_, err = f.Write(data)
 	if err == nil {
@@ -225,15 +228,13 @@ func (n *Notes) writeAtomic(rel string, data []byte) error {
 
 // ReadFile returns the content of the workspace-relative file rel (at most
 // MaxReadBytes). It refuses paths that climb out, pass through a symbolic
-// link or name something other than a regular file. It does not check who
-// may read the file: see [Notes.Open] for that.
+// link, name something other than a regular file or a file with more than
+// one hard link. It does not check who may read the file: see
+// [Notes.Open] for that.
 func (n *Notes) ReadFile(rel string) ([]byte, error) {
 	clean, ok := Clean(rel)
 	if !ok {
 		return nil, fmt.Errorf("notes: read %q: not a relative path inside the workspace", rel)
-	}
-	if err := n.noSymlinks(clean); err != nil {
-		return nil, fmt.Errorf("notes: read %s: %w", clean, err)
 	}
 	data, err := n.readLimited(clean)
 	if err != nil {
@@ -243,9 +244,9 @@ func (n *Notes) ReadFile(rel string) ([]byte, error) {
 }
 
 func (n *Notes) readLimited(rel string) ([]byte, error) {
-	f, err := n.root.Open(rel)
+	f, _, err := n.files().Open(rel)
 	if err != nil {
-		return nil, err
+		return nil, denied(err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
@@ -268,7 +269,8 @@ func (n *Notes) readLimited(rel string) ([]byte, error) {
 // Open opens the memory file rel for s to read. It returns the cleaned
 // path with the file. A path s may not read (see [Notes.Readable]) is an
 // error wrapping [ErrDenied]; so is a path through a symbolic link, which
-// could lead into another user's folder. The caller closes the file.
+// could lead into another user's folder, and a file with more than one
+// hard link, whose other name could be in one. The caller closes the file.
 func (n *Notes) Open(s Scope, rel string) (*os.File, string, error) {
 	clean, ok := Clean(rel)
 	if !ok {
@@ -277,12 +279,9 @@ func (n *Notes) Open(s Scope, rel string) (*os.File, string, error) {
 	if !n.CanRead(s, clean) {
 		return nil, "", fmt.Errorf("notes: open %s: %w", clean, ErrDenied)
 	}
-	if err := n.noSymlinks(clean); err != nil {
-		return nil, "", fmt.Errorf("notes: open %s: %w", clean, err)
-	}
-	f, err := n.root.Open(clean)
+	f, _, err := n.files().Open(clean)
 	if err != nil {
-		return nil, "", fmt.Errorf("notes: open %s: %w", clean, err)
+		return nil, "", fmt.Errorf("notes: open %s: %w", clean, denied(err))
 	}
 	fi, err := f.Stat()
 	if err == nil && !fi.Mode().IsRegular() {
@@ -295,25 +294,18 @@ func (n *Notes) Open(s Scope, rel string) (*os.File, string, error) {
 	return f, clean, nil
 }
 
-// noSymlinks fails with an error wrapping ErrDenied when a component of
-// the clean relative path rel is a symbolic link. Components that do not
-// exist end the check.
-func (n *Notes) noSymlinks(rel string) error {
-	p := ""
-	for c := range strings.SplitSeq(rel, "/") {
-		p = path.Join(p, c)
-		fi, err := n.root.Lstat(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			return fmt.Errorf("%w: %s is a symbolic link", ErrDenied, p)
-		}
+// files is the guard every memory file access goes through: no path
+// through a symbolic link, no hard-linked file, no component swapped
+// between the check and the open (see [workspace.Guard]).
+func (n *Notes) files() workspace.Guard { return workspace.NewGuard(n.root, nil).NoSymlinks() }
+
+// denied makes the guard's refusals (a symbolic link on the way, a hard
+// link) errors wrapping [ErrDenied] too.
+func denied(err error) error {
+	if errors.Is(err, workspace.ErrDenied) || errors.Is(err, workspace.ErrHardLink) {
+		return fmt.Errorf("%w: %w", ErrDenied, err)
 	}
-	return nil
+	return err
 }
 
 // Folders returns the memory folders that exist: the shared folder (always
@@ -361,15 +353,12 @@ func (n *Notes) subdirs(rel string) ([]string, error) {
 }
 
 func (n *Notes) readDir(rel string) ([]fs.DirEntry, error) {
-	if err := n.noSymlinks(rel); err != nil {
-		return nil, err
-	}
-	d, err := n.root.Open(rel)
+	d, _, err := n.files().Open(rel)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, denied(err)
 	}
 	defer d.Close()
 	entries, err := d.ReadDir(-1)

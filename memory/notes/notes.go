@@ -30,14 +30,13 @@
 // memory, and what was said in a direct chat never reaches a group.
 //
 // Channel, user and chat ids may contain anything; each becomes one path
-// component through [bus.EncodeToken] ("." and "/" are escaped, so ".." or
-// "a/b" cannot climb or nest), and a very long one is shortened with a
-// hash. Every file access goes through the workspace's *os.Root.
+// component through [workspace.Component] ("." and "/" are escaped, so ".."
+// or "a/b" cannot climb or nest), and a very long one is shortened with a
+// hash. Every file access goes through the workspace's path guard
+// ([workspace.Guard]: real paths, no links, no hard links).
 package notes
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,7 +46,6 @@ import (
 	"sync"
 	"time"
 
-	"switchboard/bus"
 	"switchboard/memory/memcfg"
 	"switchboard/workspace"
 )
@@ -80,9 +78,6 @@ const (
 	MaxAppendBytes = 64 << 10
 	// MaxReadBytes bounds ReadFile.
 	MaxReadBytes = 4 << 20
-	// maxComponent is the longest encoded id used as is; longer ones are
-	// shortened and suffixed with a hash.
-	maxComponent = 128
 	// maxCache bounds the prompt cache (entries).
 	maxCache = 4096
 )
@@ -278,26 +273,16 @@ func idDir(base, channel, id string) (string, error) {
 	return base + "/" + c + "/" + i, nil
 }
 
-// Component turns an id into one safe path component: [bus.EncodeToken]
-// (every byte outside [A-Za-z0-9_-] as %XX, so "." and "/" cannot climb
-// or nest), and an encoding longer than 128 bytes is cut to its first 80
-// bytes plus "~" and 32 hex digits of the id's SHA-256. Distinct ids give
-// distinct components. An empty id is an error wrapping [ErrScope].
+// Component turns an id into one safe path component, the encoding every
+// per-user and per-chat folder of the workspace uses ([workspace.Component]:
+// "." and "/" cannot climb or nest, a very long id is shortened with a
+// hash; distinct ids give distinct components). An empty id is an error
+// wrapping [ErrScope].
 func Component(id string) (string, error) {
 	if id == "" {
 		return "", fmt.Errorf("%w: empty id", ErrScope)
 	}
-	enc := bus.EncodeToken(id)
-	if len(enc) <= maxComponent {
-		return enc, nil
-	}
-	cut := 80
-	// Do not split a %XX escape.
-	if i := strings.LastIndexByte(enc[:cut], '%'); i >= cut-2 {
-		cut = i
-	}
-	sum := sha256.Sum256([]byte(id))
-	return enc[:cut] + "~" + hex.EncodeToString(sum[:16]), nil
+	return workspace.Component(id)
 }
 
 // WriteFolder returns the folder that writes for s go to: the shared one

@@ -139,9 +139,9 @@ func (n *Notes) tail(rel string, cut bool) (cachedTail, bool, error) {
 // readTail reads rel and stamps it with the stat of the open file, so a
 // concurrent edit is at worst read again next time.
 func (n *Notes) readTail(rel string, cut bool) (cachedTail, error) {
-	f, err := n.root.Open(rel)
+	f, _, err := n.files().Open(rel)
 	if err != nil {
-		return cachedTail{}, err
+		return cachedTail{}, denied(err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()

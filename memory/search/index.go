@@ -43,6 +43,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"switchboard/memory/notes"
+	"switchboard/workspace"
 )
 
 // Bucket names and meta keys.
@@ -508,7 +509,14 @@ func (x *Index) load(rel string, old fileMeta) (*doc, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fs.ErrNotExist // a symlink or folder is not indexed
 	}
-	f, err := x.root.Open(rel)
+	// Through the workspace guard: a file swapped for a link meanwhile,
+	// or one with several hard links (its other name may be in another
+	// user's folder), is not indexed under this path.
+	f, _, err := workspace.NewGuard(x.root, nil).NoSymlinks().Open(rel)
+	if errors.Is(err, workspace.ErrDenied) || errors.Is(err, workspace.ErrHardLink) || errors.Is(err, workspace.ErrChanged) {
+		x.log.Warn("memory file not indexed", "file", rel, "err", err)
+		return nil, fs.ErrNotExist
+	}
 	if err != nil {
 		return nil, err
 	}

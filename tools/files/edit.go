@@ -3,15 +3,13 @@ package files
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"switchboard/tools"
+	"switchboard/workspace"
 )
 
 type editFile struct{ guarded }
@@ -66,12 +64,13 @@ func (t *editFile) Run(ctx context.Context, call tools.Call) (tools.Result, erro
 	name := display(rel)
 	oldText, newText := *a.OldText, *a.NewText
 	if oldText == "" {
-		return t.appendText(rel, name, newText)
+		return t.appendText(t.fs(call.Session), rel, name, newText)
 	}
 	if oldText == newText {
 		return tools.Result{}, fmt.Errorf("%w: old_text and new_text are identical; nothing to change", tools.ErrBadArgs)
 	}
-	content, err := t.readText(rel, name)
+	g := t.fs(call.Session)
+	content, err := t.readText(g, rel, name)
 	if err != nil {
 		return tools.Result{}, err
 	}
@@ -83,7 +82,7 @@ func (t *editFile) Run(ctx context.Context, call tools.Call) (tools.Result, erro
 		return tools.Result{}, fmt.Errorf("old_text matches %d times in %s; add surrounding text to make it unique, or set replace_all to true", count, name)
 	}
 	updated := strings.Replace(content, oldText, newText, -1)
-	if _, err := writeWhole(t.ws.Root(), rel, []byte(updated)); err != nil {
+	if _, err := writeWhole(g, rel, []byte(updated)); err != nil {
 		return tools.Result{}, describe("write", name, err)
 	}
 	plural := "s"
@@ -94,8 +93,8 @@ func (t *editFile) Run(ctx context.Context, call tools.Call) (tools.Result, erro
 }
 
 // readText loads a whole text file for editing.
-func (t *editFile) readText(rel, name string) (string, error) {
-	f, err := t.ws.Root().Open(rel)
+func (t *editFile) readText(g workspace.Guard, rel, name string) (string, error) {
+	f, _, err := g.Open(rel)
 	if err != nil {
 		return "", describe("read", name, err)
 	}
@@ -123,27 +122,14 @@ func (t *editFile) readText(rel, name string) (string, error) {
 }
 
 // appendText appends text to rel, creating it and its folders if missing.
-func (t *editFile) appendText(rel, name, text string) (tools.Result, error) {
+func (t *editFile) appendText(g workspace.Guard, rel, name, text string) (tools.Result, error) {
 	if text == "" {
 		return tools.Result{}, fmt.Errorf("%w: old_text and new_text are both empty; nothing to change", tools.ErrBadArgs)
 	}
-	root := t.ws.Root()
-	created := false
-	fi, err := root.Stat(rel)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		created = true
-		if dir := filepath.Dir(rel); dir != "." {
-			if err := root.MkdirAll(dir, 0o755); err != nil {
-				return tools.Result{}, describe("create", name, err)
-			}
-		}
-	case err != nil:
-		return tools.Result{}, describe("append to", name, err)
-	case fi.IsDir():
+	if fi, err := t.ws.Root().Lstat(rel); err == nil && fi.IsDir() {
 		return tools.Result{}, fmt.Errorf("%s is a directory, not a file", name)
 	}
-	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	f, existed, err := openForWrite(g, rel, os.O_WRONLY|os.O_APPEND)
 	if err != nil {
 		return tools.Result{}, describe("append to", name, err)
 	}
@@ -154,7 +140,7 @@ func (t *editFile) appendText(rel, name, text string) (tools.Result, error) {
 	if err != nil {
 		return tools.Result{}, describe("append to", name, err)
 	}
-	if created {
+	if !existed {
 		return tools.Result{Text: fmt.Sprintf("Created %s with %d bytes", name, len(text))}, nil
 	}
 	return tools.Result{Text: fmt.Sprintf("Appended %d bytes to %s", len(text), name)}, nil

@@ -1,9 +1,14 @@
 // Package files provides the built-in file tools — read_file, write_file,
 // edit_file and list_dir — confined to the agent's workspace.
 //
-// Every access goes through the workspace's os.Root: paths that climb out
-// with "..", absolute paths outside the workspace and symlinks leading
-// outside are refused. Absolute paths inside the workspace are accepted.
+// Every access goes through a [workspace.Guard] over the workspace's
+// os.Root: paths that climb out with "..", absolute paths outside the
+// workspace and symlinks leading outside are refused; absolute paths
+// inside the workspace are accepted. The session's [tools.PathGuard]
+// (WithGuard) is applied to the path as given and to its real path after
+// symbolic links, so a link cannot lead into another user's private
+// memory or another chat's inbox; hard-linked files are never read or
+// written; listings and searches leave out what the session may not see.
 // The tools are safe for concurrent use; only the read-only ones report
 // ParallelSafe, since writes to one file must not interleave.
 package files
@@ -35,11 +40,9 @@ const (
 	sniffLen = 8192
 )
 
-// Guard reports whether the session may see a workspace path (relative to
-// the workspace, slash-separated). The daemon uses it to keep one user's
-// private memory folder out of another user's turn. It must be safe for
-// concurrent use.
-type Guard func(s tools.Session, rel string) bool
+// Guard reports whether the session may see a workspace path; see
+// [tools.PathGuard].
+type Guard = tools.PathGuard
 
 // Option configures the file tools.
 type Option func(*guarded)
@@ -63,10 +66,8 @@ func newGuarded(ws *workspace.Workspace, opts []Option) guarded {
 	return g
 }
 
-// visible applies the guard to a root-relative path.
-func (g guarded) visible(s tools.Session, rel string) bool {
-	return g.guard == nil || g.guard(s, filepath.ToSlash(rel))
-}
+// fs returns the workspace guard for the session.
+func (g guarded) fs(s tools.Session) workspace.Guard { return g.ws.Guard(g.guard.For(s)) }
 
 // New returns the file tools bound to ws, in the order read_file,
 // write_file, edit_file, list_dir. ws must stay open while they are used.
@@ -93,19 +94,38 @@ func (g guarded) resolve(s tools.Session, path string, required bool) (string, e
 		}
 		return "", err
 	}
-	if !g.visible(s, rel) {
-		return "", fmt.Errorf("%s belongs to another user's private memory: %w", path, tools.ErrDenied)
+	// Other errors (a link leading outside, a loop) are reported by the
+	// open itself.
+	if _, err := g.fs(s).Check(rel); errors.Is(err, workspace.ErrDenied) {
+		return "", describe("", path, err)
 	}
 	return rel, nil
 }
 
 // describe makes file-system errors readable for the model.
 func describe(op, path string, err error) error {
+	if op == "" {
+		// The path alone: "x: no such file or directory".
+		return describePath(path, err)
+	}
+	return describePath(op+" "+path, err)
+}
+
+func describePath(where string, err error) error {
 	switch {
+	case errors.Is(err, workspace.ErrDenied):
+		return fmt.Errorf("%s: %w: it is private to another user or chat, or leads there through a symbolic link", where, tools.ErrDenied)
+	case errors.Is(err, workspace.ErrHardLink):
+		return fmt.Errorf("%s: %w: the file has more than one hard link, so it may be another user's private file "+
+			"or lie outside the workspace; such files are never read or written", where, tools.ErrDenied)
+	case errors.Is(err, workspace.ErrChanged):
+		return fmt.Errorf("%s: the path changed while it was being opened (a file or folder on it was replaced); try again", where)
+	case errors.Is(err, workspace.ErrOutside):
+		return fmt.Errorf("%s: it leads outside the workspace through a symbolic link", where)
 	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("%s %s: no such file or directory", op, path)
+		return fmt.Errorf("%s: no such file or directory", where)
 	case errors.Is(err, fs.ErrPermission):
-		return fmt.Errorf("%s %s: permission denied", op, path)
+		return fmt.Errorf("%s: permission denied", where)
 	}
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
@@ -115,9 +135,9 @@ func describe(op, path string, err error) error {
 		for errors.As(inner, &pe) {
 			inner = pe.Err
 		}
-		return fmt.Errorf("%s %s: %v", op, path, inner)
+		return fmt.Errorf("%s: %v", where, inner)
 	}
-	return fmt.Errorf("%s %s: %w", op, path, err)
+	return fmt.Errorf("%s: %w", where, err)
 }
 
 // looksBinary reports whether the start of a file is not UTF-8 text.

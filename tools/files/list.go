@@ -45,8 +45,8 @@ func (t *listDir) Run(ctx context.Context, call tools.Call) (tools.Result, error
 		return tools.Result{}, err
 	}
 	name := display(rel)
-	root := t.ws.Root()
-	f, err := root.Open(rel)
+	g := t.fs(call.Session)
+	f, _, err := g.Open(rel)
 	if err != nil {
 		return tools.Result{}, describe("list", name, err)
 	}
@@ -62,7 +62,9 @@ func (t *listDir) Run(ctx context.Context, call tools.Call) (tools.Result, error
 	if err != nil {
 		return tools.Result{}, describe("list", name, err)
 	}
-	entries = slices.DeleteFunc(entries, func(e fs.DirEntry) bool { return !t.visible(call.Session, filepath.Join(rel, e.Name())) })
+	// Entries the session may not see, and links leading there, are left
+	// out.
+	entries = slices.DeleteFunc(entries, func(e fs.DirEntry) bool { return !g.Visible(filepath.Join(rel, e.Name())) })
 	if len(entries) == 0 {
 		return tools.Result{Text: "(empty directory)"}, nil
 	}
@@ -78,7 +80,7 @@ func (t *listDir) Run(ctx context.Context, call tools.Call) (tools.Result, error
 				return tools.Result{}, err
 			}
 		}
-		b.WriteString(formatEntry(root, filepath.Join(rel, e.Name()), e))
+		b.WriteString(formatEntry(t.ws.Root(), filepath.Join(rel, e.Name()), e))
 		b.WriteByte('\n')
 	}
 	return tools.Result{Text: strings.TrimSuffix(b.String(), "\n")}, nil

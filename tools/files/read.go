@@ -55,7 +55,7 @@ func (t *readFile) Run(ctx context.Context, call tools.Call) (tools.Result, erro
 	}
 	name := display(rel)
 
-	f, err := t.ws.Root().Open(rel)
+	f, _, err := t.fs(call.Session).Open(rel)
 	if err != nil {
 		return tools.Result{}, describe("read", name, err)
 	}

@@ -94,11 +94,11 @@ type search struct {
 	base    string   // root-relative folder searched
 	limit   int
 	out     []string
-	size    int  // bytes in out
-	full    bool // limit or output size reached
-	files   int  // files examined
-	skipped int  // files skipped (too big, binary, unreadable)
-	session tools.Session
+	size    int             // bytes in out
+	full    bool            // limit or output size reached
+	files   int             // files examined
+	skipped int             // files skipped (too big, binary, unreadable)
+	fs      workspace.Guard // the session's
 }
 
 func (t *searchFiles) Run(ctx context.Context, call tools.Call) (tools.Result, error) {
@@ -120,7 +120,7 @@ func (t *searchFiles) Run(ctx context.Context, call tools.Call) (tools.Result, e
 	case a.MaxResults > t.cfg.MaxResults:
 		a.MaxResults = t.cfg.MaxResults
 	}
-	s := &search{t: t, limit: a.MaxResults, session: call.Session}
+	s := &search{t: t, limit: a.MaxResults}
 	if a.Pattern != "" {
 		expr := a.Pattern
 		if a.IgnoreCase {
@@ -144,7 +144,13 @@ func (t *searchFiles) Run(ctx context.Context, call tools.Call) (tools.Result, e
 		return tools.Result{}, err
 	}
 	s.base = base
-	fi, err := t.ws.Root().Stat(base)
+	s.fs = t.fs(call.Session)
+	d, _, err := s.fs.Open(base)
+	if err != nil {
+		return tools.Result{}, describe("search", display(base), err)
+	}
+	fi, err := d.Stat()
+	d.Close()
 	if err != nil {
 		return tools.Result{}, describe("search", display(base), err)
 	}
@@ -205,15 +211,15 @@ func globMatch(g, p []string) bool {
 }
 
 // walk searches the folder rel (root-relative) and below, in name order.
-// Every open goes through the workspace's os.Root, so a folder or file
-// replaced by a symlink leading outside between the listing and the open
-// is refused by the open itself.
+// Every open goes through the session's guard, so a folder or file
+// replaced by a symlink (leading outside, or into a folder the session
+// may not see) between the listing and the open is refused by the open
+// itself.
 func (s *search) walk(ctx context.Context, rel string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	root := s.t.ws.Root()
-	d, err := root.Open(rel)
+	d, _, err := s.fs.Open(rel)
 	if err != nil {
 		s.skipped++
 		return nil
@@ -233,7 +239,7 @@ func (s *search) walk(ctx context.Context, rel string) error {
 			return nil
 		}
 		child := filepath.Join(rel, e.Name())
-		if !s.t.visible(s.session, child) {
+		if !s.fs.Visible(child) {
 			continue
 		}
 		switch typ := e.Type(); {
@@ -246,8 +252,8 @@ func (s *search) walk(ctx context.Context, rel string) error {
 			}
 		case typ.IsRegular(), typ&fs.ModeSymlink != 0:
 			// Symlinks are followed only to files inside the workspace
-			// (os.Root refuses the rest); linked folders are not entered,
-			// so there are no cycles.
+			// the session may see (the guard refuses the rest); linked
+			// folders are not entered, so there are no cycles.
 			if err := s.file(ctx, child); err != nil {
 				return err
 			}
@@ -268,7 +274,7 @@ func (s *search) file(ctx context.Context, rel string) error {
 	if s.glob != nil && !globMatch(s.glob, strings.Split(filepath.ToSlash(inBase), "/")) {
 		return nil
 	}
-	f, err := s.t.ws.Root().Open(rel)
+	f, _, err := s.fs.Open(rel)
 	if err != nil {
 		s.skipped++
 		return nil

@@ -3,11 +3,14 @@ package files
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
 	"switchboard/tools"
+	"switchboard/workspace"
 )
 
 type writeFile struct{ guarded }
@@ -53,7 +56,7 @@ func (t *writeFile) Run(ctx context.Context, call tools.Call) (tools.Result, err
 		return tools.Result{}, err
 	}
 	name := display(rel)
-	existed, err := writeWhole(t.ws.Root(), rel, []byte(*a.Content))
+	existed, err := writeWhole(t.fs(call.Session), rel, []byte(*a.Content))
 	if err != nil {
 		return tools.Result{}, describe("write", name, err)
 	}
@@ -65,21 +68,10 @@ func (t *writeFile) Run(ctx context.Context, call tools.Call) (tools.Result, err
 }
 
 // writeWhole replaces the content of rel, creating it and its parent
-// folders if needed, and reports whether the file existed.
-func writeWhole(root *os.Root, rel string, data []byte) (bool, error) {
-	if dir := filepath.Dir(rel); dir != "." {
-		if err := root.MkdirAll(dir, 0o755); err != nil {
-			return false, err
-		}
-	}
-	existed := false
-	if fi, err := root.Stat(rel); err == nil {
-		if fi.IsDir() {
-			return false, fmt.Errorf("is a directory")
-		}
-		existed = true
-	}
-	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+// folders if needed, and reports whether the file existed. Every step goes
+// through the session's guard.
+func writeWhole(g workspace.Guard, rel string, data []byte) (bool, error) {
+	f, existed, err := openForWrite(g, rel, os.O_WRONLY|os.O_TRUNC)
 	if err != nil {
 		return false, err
 	}
@@ -88,4 +80,31 @@ func writeWhole(root *os.Root, rel string, data []byte) (bool, error) {
 		err = cerr
 	}
 	return existed, err
+}
+
+// openForWrite opens the existing file rel with flag, or creates it (and
+// its folders), and reports whether it existed.
+func openForWrite(g workspace.Guard, rel string, flag int) (*os.File, bool, error) {
+	f, _, err := g.OpenFile(rel, flag, 0)
+	if err == nil {
+		fi, serr := f.Stat()
+		if serr == nil && fi.IsDir() {
+			serr = errors.New("is a directory")
+		}
+		if serr != nil {
+			_ = f.Close()
+			return nil, false, serr
+		}
+		return f, true, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, false, err
+	}
+	if dir := filepath.Dir(rel); dir != "." {
+		if err := g.MkdirAll(dir, 0o755); err != nil {
+			return nil, false, err
+		}
+	}
+	f, _, err = g.OpenFile(rel, flag|os.O_CREATE, 0o644)
+	return f, false, err
 }

@@ -8,8 +8,11 @@
 // where no other user was ever seen ([Chats]). User ids are per channel,
 // so chats on other channels are never reachable. Everything else is
 // refused with an error wrapping [tools.ErrDenied]. Files come from the
-// workspace only (through its os.Root) and are bounded by
-// tools.send_message.max_file_bytes.
+// workspace only, through a [workspace.Guard] with the session's
+// [tools.PathGuard] ([WithGuard]): another user's private memory, another
+// chat's inbox, a symbolic link leading there and a hard-linked file are
+// refused (wrapping [tools.ErrDenied]) before anything is published.
+// Files are bounded by tools.send_message.max_file_bytes.
 //
 // Messages are published as outbound envelopes of kind "reply" with an
 // empty in_reply_to (a proactive message, docs/bus-protocol.md §4.2) and
@@ -40,10 +43,22 @@ import (
 // MaxTextBytes bounds the text of one message.
 const MaxTextBytes = 64 << 10
 
+// Option configures the send_message tool.
+type Option func(*sendTool)
+
+// WithGuard limits the files a session may attach to the workspace paths
+// g allows (on the path as given and on its real path). A nil g allows
+// every workspace file (hard-linked files are refused all the same).
+func WithGuard(g tools.PathGuard) Option { return func(t *sendTool) { t.guard = g } }
+
 // New returns the send_message tool publishing through pub on the
 // subjects of subj, recording and checking chat ownership in chats.
-func New(ws *workspace.Workspace, chats *Chats, pub tools.Publisher, subj bus.Subjects, cfg tools.SendMessageConfig) tools.Tool {
-	return &sendTool{ws: ws, chats: chats, pub: pub, subj: subj, cfg: cfg}
+func New(ws *workspace.Workspace, chats *Chats, pub tools.Publisher, subj bus.Subjects, cfg tools.SendMessageConfig, opts ...Option) tools.Tool {
+	t := &sendTool{ws: ws, chats: chats, pub: pub, subj: subj, cfg: cfg}
+	for _, o := range opts {
+		o(t)
+	}
+	return t
 }
 
 type sendTool struct {
@@ -52,6 +67,7 @@ type sendTool struct {
 	pub   tools.Publisher
 	subj  bus.Subjects
 	cfg   tools.SendMessageConfig
+	guard tools.PathGuard
 }
 
 func (*sendTool) Name() string { return "send_message" }
@@ -123,7 +139,7 @@ func (t *sendTool) Run(ctx context.Context, call tools.Call) (tools.Result, erro
 	out := bus.Outbound{V: bus.Version, ID: newID(), Channel: target.Channel, ChatID: target.ChatID, ThreadID: target.ThreadID,
 		Kind: bus.KindReply, Text: a.Text, Final: true}
 	if a.File != "" {
-		att, err := t.attachment(a.File)
+		att, err := t.attachment(s, a.File)
 		if err != nil {
 			return tools.Result{}, err
 		}
@@ -201,8 +217,8 @@ func (t *sendTool) list(current Chat, user string) string {
 	return b.String()
 }
 
-// attachment reads a workspace file into an attachment.
-func (t *sendTool) attachment(path string) (bus.Attachment, error) {
+// attachment reads a workspace file s may see into an attachment.
+func (t *sendTool) attachment(s tools.Session, path string) (bus.Attachment, error) {
 	if t.cfg.MaxFileBytes <= 0 {
 		return bus.Attachment{}, fmt.Errorf("%w: sending files is turned off (tools.send_message.max_file_bytes is 0)", tools.ErrDenied)
 	}
@@ -213,7 +229,7 @@ func (t *sendTool) attachment(path string) (bus.Attachment, error) {
 		}
 		return bus.Attachment{}, fmt.Errorf("%w: %v", tools.ErrBadArgs, err)
 	}
-	f, err := t.ws.Root().Open(rel)
+	f, _, err := t.ws.Guard(t.guard.For(s)).Open(rel)
 	if err != nil {
 		return bus.Attachment{}, fileErr(path, err)
 	}
@@ -252,6 +268,15 @@ func (t *sendTool) attachment(path string) (bus.Attachment, error) {
 
 func fileErr(path string, err error) error {
 	switch {
+	case errors.Is(err, workspace.ErrDenied):
+		return fmt.Errorf("file %s: %w: it is private to another user or chat, or leads there through a symbolic link; nothing was sent", path, tools.ErrDenied)
+	case errors.Is(err, workspace.ErrHardLink):
+		return fmt.Errorf("file %s: %w: it has more than one hard link, so it may be another user's private file "+
+			"or lie outside the workspace; nothing was sent", path, tools.ErrDenied)
+	case errors.Is(err, workspace.ErrChanged):
+		return fmt.Errorf("file %s: the path changed while it was being opened; nothing was sent, try again", path)
+	case errors.Is(err, workspace.ErrOutside):
+		return fmt.Errorf("file %s leads outside the workspace through a symbolic link; only workspace files can be sent", path)
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("file %s: no such file", path)
 	case errors.Is(err, fs.ErrPermission):

@@ -185,7 +185,7 @@ func TestSendFile(t *testing.T) {
 		`{"file":"big.txt"}`:            "more than the 100 bytes",
 		`{"file":"../x"}`:               "outside the workspace",
 		`{"file":"` + outside + `"}`:    "outside the workspace",
-		`{"file":"link.txt"}`:           "escapes",
+		`{"file":"link.txt"}`:           "leads outside the workspace",
 		`{"file":"missing.txt"}`:        "no such file",
 		`{"file":".", "text":"folder"}`: "not a regular file",
 	} {

@@ -1,0 +1,298 @@
+package workspace_test
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"switchboard/workspace"
+)
+
+// guardFixture is a workspace with Alice's private folder, a public folder
+// and an allow that hides Alice's (and Carol's, not yet created) folder.
+func guardFixture(t *testing.T) (*workspace.Workspace, string, workspace.Guard) {
+	t.Helper()
+	dir := t.TempDir()
+	w := open(t, dir)
+	mk := func(rel string) {
+		if err := os.MkdirAll(filepath.Join(dir, rel), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("memory/users/telegram/alice")
+	mk("pub/sub")
+	write(t, filepath.Join(dir, "memory/users/telegram/alice/MEMORY.md"), "alice secret\n")
+	write(t, filepath.Join(dir, "pub/doc.txt"), "public\n")
+	private := []string{"memory/users/telegram/alice", "memory/users/telegram/carol"}
+	allow := func(rel string) bool {
+		for _, p := range private {
+			if rel == p || strings.HasPrefix(rel, p+"/") {
+				return false
+			}
+		}
+		return true
+	}
+	return w, dir, w.Guard(allow)
+}
+
+func symlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readAll(t *testing.T, f *os.File) string {
+	t.Helper()
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestGuardSymlinksIntoPrivateFolder(t *testing.T) {
+	_, dir, g := guardFixture(t)
+	symlink(t, "../memory/users/telegram/alice", filepath.Join(dir, "pub/link"))
+	symlink(t, "../memory/users/telegram/alice/MEMORY.md", filepath.Join(dir, "pub/file.md"))
+	symlink(t, "../memory/users/telegram/carol", filepath.Join(dir, "pub/later")) // dangling
+	symlink(t, "sub/../../memory/users/telegram/alice", filepath.Join(dir, "pub/dotdot"))
+	symlink(t, "link", filepath.Join(dir, "pub/chain"))
+
+	for _, rel := range []string{"pub/link", "pub/link/MEMORY.md", "pub/file.md", "pub/dotdot/MEMORY.md", "pub/chain/MEMORY.md", "memory/users/telegram/alice/MEMORY.md"} {
+		if f, _, err := g.Open(rel); !errors.Is(err, workspace.ErrDenied) {
+			if f != nil {
+				f.Close()
+			}
+			t.Errorf("Open(%s) = %v, want ErrDenied", rel, err)
+		}
+		for _, flag := range []int{os.O_WRONLY | os.O_TRUNC, os.O_WRONLY | os.O_APPEND | os.O_CREATE} {
+			if _, _, err := g.OpenFile(rel, flag, 0o600); !errors.Is(err, workspace.ErrDenied) {
+				t.Errorf("OpenFile(%s, %#x) = %v, want ErrDenied", rel, flag, err)
+			}
+		}
+		if g.Visible(rel) {
+			t.Errorf("Visible(%s) = true", rel)
+		}
+	}
+	// New files through links, including one to a folder that does not
+	// exist yet.
+	for _, rel := range []string{"pub/link/USER.md", "pub/later/MEMORY.md"} {
+		if err := g.MkdirAll(filepath.Dir(rel), 0o700); !errors.Is(err, workspace.ErrDenied) {
+			t.Errorf("MkdirAll(%s) = %v, want ErrDenied", filepath.Dir(rel), err)
+		}
+		if _, _, err := g.OpenFile(rel, os.O_WRONLY|os.O_CREATE, 0o600); !errors.Is(err, workspace.ErrDenied) {
+			t.Errorf("create %s = %v, want ErrDenied", rel, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "memory/users/telegram/carol")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("carol's folder was created through the dangling link: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "memory/users/telegram/alice/USER.md")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("alice's USER.md was created through the link: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "memory/users/telegram/alice/MEMORY.md")); string(b) != "alice secret\n" {
+		t.Errorf("alice's MEMORY.md changed: %q", b)
+	}
+}
+
+func TestGuardFollowsPublicLinks(t *testing.T) {
+	_, dir, g := guardFixture(t)
+	symlink(t, "doc.txt", filepath.Join(dir, "pub/alias.txt"))
+	symlink(t, "..", filepath.Join(dir, "pub/sub/up"))
+	real, err := g.Check("pub/sub/up/alias.txt")
+	if err != nil || real != "pub/doc.txt" {
+		t.Fatalf("Check = %q, %v; want pub/doc.txt", real, err)
+	}
+	f, real, err := g.Open("pub/alias.txt")
+	if err != nil || real != "pub/doc.txt" {
+		t.Fatalf("Open = %q, %v", real, err)
+	}
+	if got := readAll(t, f); got != "public\n" {
+		t.Errorf("read %q", got)
+	}
+	if !g.Visible("pub/alias.txt") || !g.Visible("pub") || !g.Visible(".") {
+		t.Error("public paths must be visible")
+	}
+	// Writing through a public link writes the target.
+	f, _, err = g.OpenFile("pub/alias.txt", os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("new\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if b, _ := os.ReadFile(filepath.Join(dir, "pub/doc.txt")); string(b) != "new\n" {
+		t.Errorf("doc.txt = %q", b)
+	}
+	// A new file and its folders.
+	if err := g.MkdirAll("pub/sub/up/a/b", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f, real, err = g.OpenFile("pub/sub/up/a/b/c.txt", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil || real != "pub/a/b/c.txt" {
+		t.Fatalf("create = %q, %v", real, err)
+	}
+	f.Close()
+}
+
+func TestGuardLinkErrors(t *testing.T) {
+	outside := t.TempDir()
+	_, dir, g := guardFixture(t)
+	symlink(t, outside, filepath.Join(dir, "pub/abs"))
+	symlink(t, "../../..", filepath.Join(dir, "pub/climb"))
+	symlink(t, "loop2", filepath.Join(dir, "pub/loop1"))
+	symlink(t, "loop1", filepath.Join(dir, "pub/loop2"))
+	for _, rel := range []string{"pub/abs/x", "pub/climb/x", "../x"} {
+		if _, err := g.Check(rel); !errors.Is(err, workspace.ErrOutside) {
+			t.Errorf("Check(%s) = %v, want ErrOutside", rel, err)
+		}
+	}
+	if _, err := g.Check("pub/loop1"); err == nil || !strings.Contains(err.Error(), "too many symbolic links") {
+		t.Errorf("loop: %v", err)
+	}
+	// Listings still show such links by name.
+	if !g.Visible("pub/abs") || !g.Visible("pub/loop1") {
+		t.Error("unresolvable public links are listed by name")
+	}
+	if _, err := g.NoSymlinks().Check("pub/sub/../alias"); err != nil {
+		t.Errorf("no link on the way: %v", err)
+	}
+	symlink(t, "doc.txt", filepath.Join(dir, "pub/alias.txt"))
+	if _, _, err := g.NoSymlinks().Open("pub/alias.txt"); !errors.Is(err, workspace.ErrDenied) {
+		t.Errorf("NoSymlinks through a link: %v, want ErrDenied", err)
+	}
+}
+
+func TestGuardRefusesHardLinks(t *testing.T) {
+	outside := filepath.Join(t.TempDir(), "secret.txt")
+	write(t, outside, "outside secret\n")
+	_, dir, g := guardFixture(t)
+	if err := os.Link(outside, filepath.Join(dir, "pub/out.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(filepath.Join(dir, "memory/users/telegram/alice/MEMORY.md"), filepath.Join(dir, "pub/alice.md")); err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{"pub/out.txt", "pub/alice.md"} {
+		_, _, err := g.Open(rel)
+		if !errors.Is(err, workspace.ErrHardLink) || !strings.Contains(err.Error(), "more than one hard link") {
+			t.Errorf("Open(%s) = %v, want ErrHardLink", rel, err)
+		}
+		for _, flag := range []int{os.O_WRONLY | os.O_TRUNC, os.O_WRONLY | os.O_APPEND, os.O_RDWR | os.O_CREATE} {
+			if _, _, err := g.OpenFile(rel, flag, 0o600); !errors.Is(err, workspace.ErrHardLink) {
+				t.Errorf("OpenFile(%s, %#x) = %v, want ErrHardLink", rel, flag, err)
+			}
+		}
+	}
+	if b, _ := os.ReadFile(outside); string(b) != "outside secret\n" {
+		t.Errorf("outside file changed: %q", b)
+	}
+	// Folders have several links; they are not refused.
+	if f, _, err := g.Open("pub"); err != nil {
+		t.Errorf("Open(pub) = %v", err)
+	} else {
+		f.Close()
+	}
+}
+
+func TestGuardCatchesSwapAfterCheck(t *testing.T) {
+	_, dir, g := guardFixture(t)
+	alice := filepath.Join(dir, "memory/users/telegram/alice")
+	swap := func(rel, target string) func(string) {
+		return func(string) {
+			p := filepath.Join(dir, rel)
+			if err := os.RemoveAll(p); err != nil {
+				t.Error(err)
+			}
+			if err := os.Symlink(target, p); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	cases := []struct {
+		name, swapped, target, open string
+		flag                        int
+	}{
+		{"read a file swapped for a link", "pub/doc.txt", "../memory/users/telegram/alice/MEMORY.md", "pub/doc.txt", os.O_RDONLY},
+		{"truncate a file swapped for a link", "pub/doc.txt", "../memory/users/telegram/alice/MEMORY.md", "pub/doc.txt", os.O_WRONLY | os.O_TRUNC},
+		{"folder swapped under an existing file", "pub/sub", "../memory/users/telegram/alice", "pub/sub/MEMORY.md", os.O_WRONLY | os.O_TRUNC},
+		{"folder swapped under a new file", "pub/sub", "../memory/users/telegram/alice", "pub/sub/USER.md", os.O_WRONLY | os.O_CREATE},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if err := os.RemoveAll(filepath.Join(dir, "pub")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(filepath.Join(dir, "pub/sub"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			write(t, filepath.Join(dir, "pub/doc.txt"), "public\n")
+			write(t, filepath.Join(dir, "pub/sub/MEMORY.md"), "public too\n")
+			restore := workspace.SetTestHookResolved(swap(c.swapped, c.target))
+			defer restore()
+			f, _, err := g.OpenFile(c.open, c.flag, 0o600)
+			if f != nil {
+				f.Close()
+			}
+			if !errors.Is(err, workspace.ErrChanged) {
+				t.Errorf("OpenFile(%s) after the swap = %v, want ErrChanged", c.open, err)
+			}
+			if b, _ := os.ReadFile(filepath.Join(alice, "MEMORY.md")); string(b) != "alice secret\n" {
+				t.Errorf("alice's MEMORY.md = %q", b)
+			}
+			if _, err := os.Lstat(filepath.Join(alice, "USER.md")); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("a file was created in alice's folder: %v", err)
+			}
+		})
+	}
+}
+
+func TestInboxVisible(t *testing.T) {
+	dirOf := func(ch, chat string) string {
+		d, err := workspace.InboxFolder(ch, chat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if got := dirOf("telegram", "-100123"); got != "inbox/telegram/-100123" {
+		t.Errorf("InboxFolder = %q", got)
+	}
+	if got := dirOf("slack", "a/../b"); got != "inbox/slack/a%2F%2E%2E%2Fb" {
+		t.Errorf("InboxFolder escapes ids: %q", got)
+	}
+	cases := []struct {
+		rel  string
+		want bool
+	}{
+		{"notes.txt", true},
+		{"inboxes/x", true},
+		{"inbox", true},
+		{"inbox/telegram", true},
+		{"inbox/telegram/42", true},
+		{"inbox/telegram/42/doc.pdf", true},
+		{"inbox/telegram/42/sub/doc.pdf", true},
+		{"inbox/telegram/43", false},
+		{"inbox/telegram/43/doc.pdf", false},
+		{"inbox/telegram/420/doc.pdf", false},
+		{"inbox/telegram/doc.pdf", false},
+		{"inbox/slack", false},
+		{"inbox/slack/42/doc.pdf", false},
+		{"inbox/legacy.pdf", false},
+	}
+	for _, c := range cases {
+		if got := workspace.InboxVisible("telegram", "42", c.rel); got != c.want {
+			t.Errorf("InboxVisible(telegram, 42, %s) = %v, want %v", c.rel, got, c.want)
+		}
+	}
+	if workspace.InboxVisible("", "", "inbox/telegram") || !workspace.InboxVisible("", "", "inbox") {
+		t.Error("a session without a chat sees only inbox/ itself")
+	}
+}
