@@ -284,8 +284,8 @@ func TestInboundStreamBoundPerSubject(t *testing.T) {
 		}
 	}
 	err := pub(wechat, "wechat", "flood", natsbus.InMaxMsgsPerSubject)
-	if apiErrorCode(err) == 0 || !strings.Contains(err.Error(), "maximum messages per subject") {
-		t.Fatalf("message beyond the bound = %v, want an API error", err)
+	if apiErrorCode(err) != 503 || !strings.Contains(err.Error(), "maximum messages per subject") {
+		t.Fatalf("message beyond the bound = %v, want a 503 API error", err)
 	}
 	if err := pub(wechat, "wechat", "calm", 0); err != nil {
 		t.Errorf("another chat of the same channel: %v", err)

@@ -163,11 +163,12 @@ func TestBridgeRoundTripThroughDaemon(t *testing.T) {
 	}
 }
 
-// TestFloodThroughDaemon: the wechat bridge sends 10,000 invalid messages
-// while the line bridge holds a conversation. Line's turns complete
-// normally; wechat's flood never reaches the model, and every flood message
-// ends in the dead-letter queue, most of them rate-limited before the
-// runtime sees them.
+// TestFloodThroughDaemon: the wechat bridge sends 10,000 messages (invalid
+// ones, and valid ones carrying a /command that needs no model) while the
+// line bridge holds a conversation. Line's turns complete normally;
+// wechat's flood never reaches the model; every invalid message ends in
+// wechat's dead-letter queue without spending its rate budget, and the
+// valid ones beyond the budget are rate-limited before they are stored.
 func TestFloodThroughDaemon(t *testing.T) {
 	const flood, turns = 10_000, 3
 	model := llmtest.NewServer(t)
@@ -184,8 +185,13 @@ func TestFloodThroughDaemon(t *testing.T) {
 	}
 
 	garbage := []byte(`{"v":1,"id":"junk","channel":"wechat","chat_id":"flood","user_id":"u"}`) // no text
+	const valid = 100                                                                           // one in every flood/valid is valid
 	for i := range flood {
-		if err := wechat.Publish("chat.in.wechat.flood", garbage); err != nil {
+		data := garbage
+		if i%(flood/valid) == 0 {
+			data, _ = json.Marshal(bus.Inbound{V: 1, ID: fmt.Sprint("w", i), Channel: "wechat", ChatID: "flood", UserID: "u", Text: "/help"})
+		}
+		if err := wechat.Publish("chat.in.wechat.flood", data); err != nil {
 			t.Fatal(err)
 		}
 		if i%(flood/turns) == 0 && i/(flood/turns) < turns {
@@ -201,21 +207,26 @@ func TestFloodThroughDaemon(t *testing.T) {
 	if err := wechat.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	dlq.WaitFor(t, 3*wait, func(*nats.Msg) bool { return len(dlq.All()) >= flood })
-	limited := 0
-	for _, m := range dlq.All() {
-		var r bus.DLQRecord
-		if err := json.Unmarshal(m.Data, &r); err != nil {
-			t.Fatal(err)
+	// count returns the rate-limited and the invalid dead letters.
+	count := func() (limited, invalid int) {
+		for _, m := range dlq.All() {
+			var r bus.DLQRecord
+			if err := json.Unmarshal(m.Data, &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Reason == natsbus.RateLimitReason("wechat") {
+				limited++
+			} else if strings.Contains(r.Reason, `field "text"`) {
+				invalid++
+			} else {
+				t.Fatalf("unexpected dead letter %+v", r)
+			}
 		}
-		if r.Reason == natsbus.RateLimitReason("wechat") {
-			limited++
-		} else if !strings.Contains(r.Reason, `field "text"`) {
-			t.Fatalf("unexpected dead letter %+v", r)
-		}
+		return limited, invalid
 	}
-	if limited == 0 || len(dlq.All()) != flood {
-		t.Fatalf("%d dead letters, %d rate-limited; want %d in all, some rate-limited", len(dlq.All()), limited, flood)
+	dlq.WaitFor(t, 3*wait, func(*nats.Msg) bool { _, invalid := count(); return invalid == flood-valid })
+	if limited, invalid := count(); invalid != flood-valid || limited > valid {
+		t.Fatalf("%d rate-limited and %d invalid dead letters; want %d invalid and at most %d rate-limited", limited, invalid, flood-valid, valid)
 	}
 	if n := model.RequestCount(); n != turns {
 		t.Fatalf("model called %d times, want %d (only line's turns)", n, turns)
