@@ -3,12 +3,19 @@
 // the JetStream streams CHAT_IN, CHAT_OUT and CHAT_DLQ, publishes envelopes
 // and runs the agent runtime's durable consumer on the inbound subjects.
 //
-// Bridges declared in [Config.Bridges] are isolated from each other: the
-// embedded server then authenticates every client and grants each bridge
-// only its channels' subjects ([BridgePermissions]); the daemon creates each
-// bridge's durable outbound consumer ([BridgeConsumerConfig]); and
-// [Bus.Consume] applies each bridge channel's inbound rate limit, sending
-// the excess to the dead-letter queue ([RateLimitReason]).
+// The embedded server authenticates every client. Bridges declared in
+// [Config.Bridges] are isolated from each other: each logs into its own NATS
+// account ([BridgeAccount]) holding only its channels' subjects, imported
+// from the daemon's account (the global account, which holds JetStream),
+// and is granted only those subjects ([BridgePermissions]). Every reply to
+// a bridge is routed back into its own account. A bridge's inbound messages
+// reach the daemon's ingress ([IngressSubject]), which validates them,
+// applies the channel's rate limit ([RateLimitReason]) and stores them with
+// a de-duplication key of their own channel, answering a refused message
+// with an error and a dead letter on its channel. The daemon creates each
+// bridge's durable outbound consumer ([BridgeConsumerConfig]). With an
+// external server the server authenticates, and [Bus.Consume] applies the
+// rate limits.
 //
 // A [Bus] is opened with [Open] and released with [Bus.Close]; all its
 // methods are safe for concurrent use.
@@ -81,11 +88,13 @@ type Bus struct {
 // consumer ([BridgeConsumerConfig]). ctx bounds the set-up, not the life of
 // the Bus. On error nothing is left running. A nil log discards.
 //
-// When cfg.Bridges is not empty the embedded server authenticates every
-// client: bridges with their credentials and [BridgePermissions], operators
-// with cfg.Admin (full access), and this Bus's own in-process connection
-// with a random token made here (full access). Otherwise the embedded
-// listener accepts anonymous clients with full access.
+// The embedded server authenticates every client: bridges with their
+// credentials, into their own accounts ([BridgeAccount]) with
+// [BridgePermissions]; operators with cfg.Admin (full access); and this
+// Bus's own in-process connections with a random token made here (full
+// access). It accepts no anonymous client, with or without bridges. When
+// bridges are declared Open also starts the ingress (on a connection of its
+// own, stopped by Close) that stores their inbound messages.
 func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*Bus, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("natsbus: config: %w", err)

@@ -261,3 +261,46 @@ bus:
 	_, out = runCheckFile(t, checkEnv{}.yaml(t))
 	wantLine(t, out, "bus auth", "OK", "in-process only")
 }
+
+// TestBridgeCannotSuppressAnotherChannelsMessageThroughDaemon: the wechat
+// bridge sends its own message under line's de-duplication key first; line's
+// real message with that id is still answered by the daemon.
+func TestBridgeCannotSuppressAnotherChannelsMessageThroughDaemon(t *testing.T) {
+	model := llmtest.NewServer(t, llmtest.WithResponder(llmtest.EchoResponder))
+	d := startAuthDaemon(t, bridgeConfig(t, model.URL()))
+	wechat, wechatJS := d.connectBridge(t, "wechat", nats.Token(testWechatToken))
+	_, lineJS := d.connectBridge(t, "line", nats.UserInfo("line", testLinePass))
+	wechatCons, err := wechatJS.Consumer(t.Context(), "CHAT_OUT", natsbus.BridgeConsumerName("wechat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lineCons, err := lineJS.Consumer(t.Context(), "CHAT_OUT", natsbus.BridgeConsumerName("line"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(js jetstream.JetStream, in bus.Inbound, msgID string) *jetstream.PubAck {
+		t.Helper()
+		m := nats.NewMsg(d.bus.Subjects().In(in.Channel, in.ChatID))
+		m.Data, _ = json.Marshal(in)
+		m.Header.Set(jetstream.MsgIDHeader, msgID)
+		ack, err := js.PublishMsg(t.Context(), m)
+		if err != nil {
+			t.Fatalf("publish %s: %v", in.DedupKey(), err)
+		}
+		return ack
+	}
+	publish(wechatJS, bus.Inbound{V: 1, ID: "w-1", Channel: "wechat", ChatID: "room", UserID: "mallory", Text: "mine"}, "line:victim-1")
+	if got := nextFinal(t, wechatCons, "w-1"); !strings.Contains(got.Text, "mine") {
+		t.Fatalf("wechat's own message answered with %+v", got)
+	}
+	victim := bus.Inbound{V: 1, ID: "victim-1", Channel: "line", ChatID: "g1", UserID: "alice", Text: "please answer me"}
+	if ack := publish(lineJS, victim, victim.DedupKey()); ack.Duplicate {
+		t.Fatalf("line's message was taken for a duplicate: %+v", ack)
+	}
+	if got := nextFinal(t, lineCons, "victim-1"); !strings.Contains(got.Text, "please answer me") {
+		t.Fatalf("line's message answered with %+v", got)
+	}
+	if err := wechat.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
