@@ -27,7 +27,12 @@
 // "$JS.API.CONSUMER.MSG.NEXT.<stream>.<durable>"; publish on
 // "$JS.ACK.<stream>.<durable>.>" (acks, naks, in-progress); subscribe to its
 // inbox ("_INBOX.>") for API replies, pull deliveries and publish
-// acknowledgements. <stream> is the outbound stream ([StreamOut]).
+// acknowledgements. <stream> is the outbound stream ([StreamOut]). On the
+// daemon's embedded server the bridge also lives in a NATS account of its
+// own, and its inbound messages pass the daemon's ingress, which answers a
+// refused message with a JetStream API error (400 invalid, 429 rate-limited,
+// 503 stream full; see [Client.PublishInbound]); nothing changes in how the
+// client publishes or consumes.
 package bridge
 
 import (
@@ -450,8 +455,10 @@ func (c *Client) Conn() *nats.Conn { return c.nc }
 // the subject it publishes on, with Options.MaxTextBytes), so a bridge gets
 // the runtime's error before sending: such errors wrap [bus.ErrInvalid] or
 // [bus.ErrTooLarge], and publishing the same envelope again cannot succeed.
-// Other errors (timeouts, no stream, a closed connection) are transient: the
-// caller may retry with the same envelope.
+// Other errors (timeouts, no stream, a closed connection, the daemon's
+// refusal as rate-limited or of a full stream: a *jetstream.APIError with
+// Code 429 or 503) are transient: the caller may retry with the same
+// envelope.
 //
 // The message is published on "<p>.in.<channel>.<chat>" with the header
 // "Nats-Msg-Id: <channel>:<id>"; a publish the stream recognises as a

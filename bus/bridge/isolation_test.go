@@ -3,8 +3,12 @@ package bridge
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"switchboard/bus"
 	"switchboard/bus/natsbus"
@@ -64,5 +68,36 @@ func TestDialUnderIsolation(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("consume: %v", err)
+	}
+}
+
+// TestPublishInboundReportsRefusal: the daemon's ingress refuses a
+// rate-limited message; the kit returns the refusal as a JetStream API
+// error carrying the reason.
+func TestPublishInboundReportsRefusal(t *testing.T) {
+	cfg := natsbus.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Bridges = map[string]natsbus.BridgeConfig{"wx": {Channels: []string{"wechat"}, Token: "tok-wx", MaxMsgsPerSec: 0.01}}
+	cfg.Admin = natsbus.AdminConfig{Token: "tok-admin"}
+	b, err := natsbus.Open(t.Context(), cfg, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c, err := Dial(t.Context(), b.ClientURL(), Credentials{Token: "tok-wx"}, Options{Channel: "wechat", Bridge: "wx"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.PublishInbound(t.Context(), bus.Inbound{ID: "1", ChatID: "room", UserID: "u", Text: "hi"}); err != nil {
+		t.Fatalf("first publish: %v", err)
+	}
+	err = c.PublishInbound(t.Context(), bus.Inbound{ID: "2", ChatID: "room", UserID: "u", Text: "hi"})
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.Code != 429 || !strings.Contains(err.Error(), natsbus.RateLimitReason("wechat")) {
+		t.Fatalf("second publish = %v, want a 429 API error", err)
+	}
+	if errors.Is(err, bus.ErrInvalid) {
+		t.Fatalf("a rate-limited publish reads as invalid: %v", err)
 	}
 }

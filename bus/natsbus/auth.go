@@ -11,6 +11,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -98,8 +99,9 @@ func (p Permissions) server() *server.Permissions {
 
 // principal is an authenticated identity of the embedded server.
 type principal struct {
-	label string       // shown in the server's logs and monitoring
-	perms *Permissions // nil: full access
+	label  string       // shown in the server's logs and monitoring
+	perms  *Permissions // nil: full access
+	bridge string       // the bridge's name, whose account it joins; "": the global account
 }
 
 type secretEntry struct {
@@ -107,16 +109,22 @@ type secretEntry struct {
 	who    principal
 }
 
-// authenticator is the embedded server's client authentication when
-// bridges are declared: the daemon's internal token, bus.admin, and one
-// identity per bridge. It implements server.Authentication; it is immutable
-// after newAuthenticator and safe for concurrent use.
+// authenticator is the embedded server's client authentication: the
+// daemon's internal token, bus.admin, and one identity per bridge. It
+// implements server.Authentication; it is immutable after newAuthenticator
+// except for the bridge accounts, set once by setAccounts, and safe for
+// concurrent use. Until setAccounts a bridge is refused.
 type authenticator struct {
-	tokens []secretEntry          // internal, admin and bridge tokens
-	users  map[string]secretEntry // user name -> password
-	nkeys  map[string]principal   // public user NKey -> bridge
-	log    *slog.Logger
+	tokens   []secretEntry          // internal, admin and bridge tokens
+	users    map[string]secretEntry // user name -> password
+	nkeys    map[string]principal   // public user NKey -> bridge
+	accounts atomic.Pointer[map[string]*server.Account]
+	log      *slog.Logger
 }
+
+// setAccounts makes the bridges' accounts known: from now on a bridge is
+// accepted into its own.
+func (a *authenticator) setAccounts(accs map[string]*server.Account) { a.accounts.Store(&accs) }
 
 // newAuthenticator builds the authentication of cfg (which has passed
 // Validate) with internalToken for the daemon's own connection.
@@ -132,7 +140,7 @@ func newAuthenticator(cfg Config, internalToken string, log *slog.Logger) *authe
 	}
 	for name, b := range cfg.Bridges {
 		perms := BridgePermissions(cfg.SubjectPrefix, name, b.Channels)
-		who := principal{label: "bridge:" + name, perms: &perms}
+		who := principal{label: "bridge:" + name, perms: &perms, bridge: name}
 		switch {
 		case b.Token != "":
 			a.tokens = append(a.tokens, secretEntry{[]byte(b.Token), who})
@@ -157,6 +165,14 @@ func (a *authenticator) Check(c server.ClientAuthentication) bool {
 		return false
 	}
 	u := &server.User{Username: who.label}
+	if who.bridge != "" {
+		accs := a.accounts.Load()
+		if accs == nil || (*accs)[who.bridge] == nil {
+			a.log.Debug("nats bridge refused: its account is not set up yet", "bridge", who.bridge)
+			return false
+		}
+		u.Account = (*accs)[who.bridge]
+	}
 	if who.perms != nil {
 		u.Permissions = who.perms.server()
 	}

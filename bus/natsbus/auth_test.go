@@ -427,12 +427,18 @@ func TestBridgeConsumerFilterReset(t *testing.T) {
 	}
 }
 
-func TestOpenWithoutBridgesStaysOpen(t *testing.T) {
+// TestOpenWithoutBridgesAuthenticates: without any bridge declared the
+// embedded listener still refuses anonymous clients and accepts bus.admin.
+func TestOpenWithoutBridgesAuthenticates(t *testing.T) {
 	cfg := natsbus.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
+	cfg.Admin = natsbus.AdminConfig{Token: "ops-token"}
 	b := open(t, cfg, t.TempDir())
-	anon := mustDial(t, b.ClientURL())
-	if _, err := anon.js.Stream(t.Context(), "CHAT_IN"); err != nil {
-		t.Fatalf("anonymous client without bridges: %v", err)
+	if _, err := dial(t, b.ClientURL()); !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("anonymous connect = %v, want an authorization violation", err)
+	}
+	admin := mustDial(t, b.ClientURL(), nats.Token("ops-token"))
+	if _, err := admin.js.Stream(t.Context(), "CHAT_IN"); err != nil {
+		t.Fatalf("admin without bridges: %v", err)
 	}
 }

@@ -159,18 +159,19 @@ func (b *Bus) channelOf(subject string) string {
 }
 
 // rateLimited applies the inbound rate limit of the message's channel, if
-// its channel belongs to a bridge. The limit is judged at the time the
+// its channel belongs to a bridge and the message is a valid envelope (an
+// invalid one spends no budget: the handler dead-letters it). The limit is judged at the time the
 // message entered the stream, so a backlog drained later (after a restart)
 // is judged as it arrived; a redelivered message was judged already and
 // passes. A message over the limit is dead-lettered (core publish, no
 // acknowledgement) with [RateLimitReason] and terminated, and rateLimited
 // returns true: the handler must not see it.
 func (b *Bus) rateLimited(m jetstream.Msg) bool {
-	if len(b.limits) == 0 {
-		return false
-	}
 	cl := b.limits[b.channelOf(m.Subject())]
 	if cl == nil {
+		return false
+	}
+	if _, err := bus.ParseInbound(b.subj, m.Subject(), m.Data(), b.maxText); err != nil {
 		return false
 	}
 	at := time.Now()

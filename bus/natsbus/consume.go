@@ -50,12 +50,15 @@ func ConsumerConfig(prefix string) jetstream.ConsumerConfig {
 // client had buffered but not yet handed to handler when Consume stopped are
 // redelivered later.
 //
-// Before the handler, a message on a bridge's channel (Config.Bridges) passes
-// that channel's inbound rate limit: one over the limit is dead-lettered on
-// "<p>.dlq.<channel>" with the reason [RateLimitReason] and terminated, and
-// the handler never sees it. A flood on one channel thus costs the handler
-// nothing beyond the limit, and other channels' messages are not held up
-// behind it.
+// A bridge's inbound messages pass its channels' rate limits (Config.Bridges)
+// before they reach the handler. On the embedded server the ingress applies
+// them before the message is stored (see [IngressSubject]); with an external
+// server Consume does: a valid envelope on a bridge's channel over the limit
+// is dead-lettered on "<p>.dlq.<channel>" with the reason [RateLimitReason]
+// and terminated, and the handler never sees it; an invalid one reaches the
+// handler (which dead-letters it) without spending the channel's budget. A
+// flood on one channel thus costs the handler nothing beyond the limit, and
+// other channels' messages are not held up behind it.
 //
 // In embedded mode the consumer is deleted and created afresh, so that
 // messages a previous process received but never acknowledged are
@@ -81,9 +84,10 @@ func (b *Bus) Consume(ctx context.Context, handler func(bus.Delivery)) error {
 	if err != nil {
 		return fmt.Errorf("natsbus: consume: %w", err)
 	}
+	limit := b.ns == nil && len(b.limits) > 0 // embedded: the ingress limits
 	cc, err := cons.Consume(
 		func(m jetstream.Msg) {
-			if !b.rateLimited(m) {
+			if !limit || !b.rateLimited(m) {
 				handler(m)
 			}
 		},

@@ -3,12 +3,19 @@
 // the JetStream streams CHAT_IN, CHAT_OUT and CHAT_DLQ, publishes envelopes
 // and runs the agent runtime's durable consumer on the inbound subjects.
 //
-// Bridges declared in [Config.Bridges] are isolated from each other: the
-// embedded server then authenticates every client and grants each bridge
-// only its channels' subjects ([BridgePermissions]); the daemon creates each
-// bridge's durable outbound consumer ([BridgeConsumerConfig]); and
-// [Bus.Consume] applies each bridge channel's inbound rate limit, sending
-// the excess to the dead-letter queue ([RateLimitReason]).
+// The embedded server authenticates every client. Bridges declared in
+// [Config.Bridges] are isolated from each other: each logs into its own NATS
+// account ([BridgeAccount]) holding only its channels' subjects, imported
+// from the daemon's account (the global account, which holds JetStream),
+// and is granted only those subjects ([BridgePermissions]). Every reply to
+// a bridge is routed back into its own account. A bridge's inbound messages
+// reach the daemon's ingress ([IngressSubject]), which validates them,
+// applies the channel's rate limit ([RateLimitReason]) and stores them with
+// a de-duplication key of their own channel, answering a refused message
+// with an error and a dead letter on its channel. The daemon creates each
+// bridge's durable outbound consumer ([BridgeConsumerConfig]). With an
+// external server the server authenticates, and [Bus.Consume] applies the
+// rate limits.
 //
 // A [Bus] is opened with [Open] and released with [Bus.Close]; all its
 // methods are safe for concurrent use.
@@ -61,13 +68,15 @@ type Bus struct {
 	js        jetstream.JetStream
 	clientURL string
 	limits    map[string]*channelLimit // inbound rate limits by channel; read-only after Open
+	maxText   int                      // bus.max_text_bytes
+	ingress   *ingress                 // nil without bridges
 
 	connClosed chan struct{} // closed by the connection's ClosedHandler
-	closeConn  sync.Once     // guards close(connClosed)
-	closeOnce  sync.Once     // guards Close
-	closed     atomic.Bool
-	consuming  atomic.Bool
-	recreated  atomic.Bool // the embedded consumer was recreated by Consume
+
+	closeOnce sync.Once // guards Close
+	closed    atomic.Bool
+	consuming atomic.Bool
+	recreated atomic.Bool // the embedded consumer was recreated by Consume
 }
 
 // Open validates cfg and connects the bus. With cfg.URL empty it starts the
@@ -79,11 +88,13 @@ type Bus struct {
 // consumer ([BridgeConsumerConfig]). ctx bounds the set-up, not the life of
 // the Bus. On error nothing is left running. A nil log discards.
 //
-// When cfg.Bridges is not empty the embedded server authenticates every
-// client: bridges with their credentials and [BridgePermissions], operators
-// with cfg.Admin (full access), and this Bus's own in-process connection
-// with a random token made here (full access). Otherwise the embedded
-// listener accepts anonymous clients with full access.
+// The embedded server authenticates every client: bridges with their
+// credentials, into their own accounts ([BridgeAccount]) with
+// [BridgePermissions]; operators with cfg.Admin (full access); and this
+// Bus's own in-process connections with a random token made here (full
+// access). It accepts no anonymous client, with or without bridges. When
+// bridges are declared Open also starts the ingress (on a connection of its
+// own, stopped by Close) that stores their inbound messages.
 func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*Bus, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("natsbus: config: %w", err)
@@ -96,52 +107,70 @@ func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*
 		streams:    StreamsFor(cfg.SubjectPrefix),
 		log:        log,
 		limits:     newLimits(cfg.Bridges),
+		maxText:    cfg.MaxTextBytes,
 		connClosed: make(chan struct{}),
 	}
 	opts := []nats.Option{
-		nats.Name(clientName),
 		nats.DrainTimeout(drainTimeout),
-		nats.ClosedHandler(func(*nats.Conn) { b.closeConn.Do(func() { close(b.connClosed) }) }),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			if !b.closed.Load() {
-				log.Warn("nats disconnected", "err", err)
+				log.Warn("nats disconnected", "conn", nc.Opts.Name, "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted()) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("nats reconnected", "conn", nc.Opts.Name, "url", nc.ConnectedUrlRedacted())
+		}),
 	}
-	var err error
+	// connect opens a connection named name; closed is closed when it is.
+	var connect func(name string, closed chan struct{}) (*nats.Conn, error)
 	if cfg.URL == "" {
 		if storeDir == "" {
 			return nil, errors.New("natsbus: embedded server: store directory is required")
 		}
-		var auth *authenticator
-		if len(cfg.Bridges) > 0 {
-			token, err := newInternalToken()
-			if err != nil {
-				return nil, err
-			}
-			auth = newAuthenticator(cfg, token, log)
-			opts = append(opts, nats.Token(token))
+		token, err := newInternalToken()
+		if err != nil {
+			return nil, err
 		}
+		auth := newAuthenticator(cfg, token, log)
 		b.ns, err = startEmbedded(cfg, storeDir, auth, log)
 		if err != nil {
 			return nil, err
 		}
-		if cfg.Listen != "" {
-			b.clientURL = listenerURL(cfg.Listen, b.ns.Addr())
-		}
-		b.nc, err = nats.Connect("", append(opts, nats.InProcessServer(b.ns))...)
+		accs, err := setupAccounts(b.ns, cfg)
 		if err != nil {
 			b.ns.Shutdown()
 			b.ns.WaitForShutdown()
-			return nil, fmt.Errorf("natsbus: connect in-process: %w", err)
+			return nil, fmt.Errorf("natsbus: embedded server: %w", err)
+		}
+		auth.setAccounts(accs)
+		if cfg.Listen != "" {
+			b.clientURL = listenerURL(cfg.Listen, b.ns.Addr())
+		}
+		connect = func(name string, closed chan struct{}) (*nats.Conn, error) {
+			nc, err := nats.Connect("", append(opts, nats.Name(name), nats.Token(token), nats.InProcessServer(b.ns), closeHandler(closed))...)
+			if err != nil {
+				return nil, fmt.Errorf("natsbus: connect in-process: %w", err)
+			}
+			return nc, nil
 		}
 	} else {
 		b.clientURL = cfg.URL
-		b.nc, err = nats.Connect(cfg.URL, append(opts, nats.MaxReconnects(-1))...)
-		if err != nil {
-			return nil, fmt.Errorf("natsbus: connect %s: %w", redactURL(cfg.URL), err)
+		connect = func(name string, closed chan struct{}) (*nats.Conn, error) {
+			nc, err := nats.Connect(cfg.URL, append(opts, nats.Name(name), nats.MaxReconnects(-1), closeHandler(closed))...)
+			if err != nil {
+				return nil, fmt.Errorf("natsbus: connect %s: %w", redactURL(cfg.URL), err)
+			}
+			return nc, nil
 		}
+	}
+	var err error
+	b.nc, err = connect(clientName, b.connClosed)
+	if err != nil {
+		if b.ns != nil {
+			b.ns.Shutdown()
+			b.ns.WaitForShutdown()
+		}
+		return nil, err
 	}
 	b.js, err = jetstream.New(b.nc)
 	if err == nil {
@@ -150,13 +179,38 @@ func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*
 	if err == nil {
 		err = b.ensureBridgeConsumers(ctx, cfg.Bridges)
 	}
+	if err == nil && len(cfg.Bridges) > 0 {
+		err = b.startIngress(cfg, connect)
+	}
 	if err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("natsbus: %w", err)
 	}
 	log.Info("bus ready", "embedded", b.ns != nil, "client_url", redactURL(b.clientURL), "prefix", cfg.SubjectPrefix,
-		"bridges", len(cfg.Bridges), "auth", b.ns != nil && len(cfg.Bridges) > 0)
+		"bridges", len(cfg.Bridges), "auth", b.ns != nil)
 	return b, nil
+}
+
+// closeHandler closes closed when the connection is closed.
+func closeHandler(closed chan struct{}) nats.Option {
+	var once sync.Once
+	return nats.ClosedHandler(func(*nats.Conn) { once.Do(func() { close(closed) }) })
+}
+
+// startIngress opens the ingress connection and subscribes the ingress
+// (see [ingress]). In embedded mode the ingress applies the bridges' rate
+// limits; with an external server Consume does.
+func (b *Bus) startIngress(cfg Config, connect func(string, chan struct{}) (*nats.Conn, error)) error {
+	closed := make(chan struct{})
+	nc, err := connect(clientName+"-ingress", closed)
+	if err != nil {
+		return err
+	}
+	b.ingress = &ingress{nc: nc, closed: closed, subj: b.subj, maxText: cfg.MaxTextBytes, log: b.log.With("component", "ingress")}
+	if b.ns != nil {
+		b.ingress.limits = b.limits
+	}
+	return b.ingress.start(cfg.Bridges)
 }
 
 // startEmbedded starts nats-server with JetStream and waits until it accepts
@@ -319,24 +373,34 @@ func (b *Bus) Ready(ctx context.Context) error {
 func (b *Bus) Close() error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
-		if err := b.nc.Drain(); err != nil {
-			b.nc.Close()
+		if b.ingress != nil {
+			drain(b.ingress.nc, b.ingress.closed, b.log)
 		}
-		timer := time.NewTimer(drainTimeout + time.Second)
-		select {
-		case <-b.connClosed:
-		case <-timer.C:
-			b.log.Warn("nats drain did not finish; closing")
-			b.nc.Close()
-			<-b.connClosed
-		}
-		timer.Stop()
+		drain(b.nc, b.connClosed, b.log)
 		if b.ns != nil {
 			b.ns.Shutdown()
 			b.ns.WaitForShutdown()
 		}
 	})
 	return nil
+}
+
+// drain drains nc (its subscriptions' handlers finish, pending publishes
+// are flushed) and waits until it is closed, closing it after a few
+// seconds at most.
+func drain(nc *nats.Conn, closed <-chan struct{}, log *slog.Logger) {
+	if err := nc.Drain(); err != nil {
+		nc.Close()
+	}
+	timer := time.NewTimer(drainTimeout + time.Second)
+	defer timer.Stop()
+	select {
+	case <-closed:
+	case <-timer.C:
+		log.Warn("nats drain did not finish; closing", "conn", nc.Opts.Name)
+		nc.Close()
+		<-closed
+	}
 }
 
 // redactURL hides passwords in a URL (or comma-separated URL list) for logs

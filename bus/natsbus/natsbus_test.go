@@ -143,11 +143,14 @@ func TestOpenCreatesStreams(t *testing.T) {
 		maxAge    time.Duration
 		perSubj   int64
 		maxMsgs   int64
+		maxBytes  int64
+		discard   jetstream.DiscardPolicy
+		newPer    bool
 	}
 	for name, w := range map[string]want{
-		"CHAT_IN":  {"chat.in.>", jetstream.WorkQueuePolicy, 0, -1, -1},
-		"CHAT_OUT": {"chat.out.>", jetstream.LimitsPolicy, 24 * time.Hour, 1000, -1},
-		"CHAT_DLQ": {"chat.dlq.>", jetstream.LimitsPolicy, 7 * 24 * time.Hour, -1, 100000},
+		"CHAT_IN":  {"chat.in.>", jetstream.WorkQueuePolicy, 0, 1000, -1, 1 << 30, jetstream.DiscardNew, true},
+		"CHAT_OUT": {"chat.out.>", jetstream.LimitsPolicy, 24 * time.Hour, 1000, -1, -1, jetstream.DiscardOld, false},
+		"CHAT_DLQ": {"chat.dlq.>", jetstream.LimitsPolicy, 7 * 24 * time.Hour, 10000, 100000, -1, jetstream.DiscardOld, false},
 	} {
 		s, err := b.JetStream().Stream(t.Context(), name)
 		if err != nil {
@@ -155,8 +158,8 @@ func TestOpenCreatesStreams(t *testing.T) {
 		}
 		c := s.CachedInfo().Config
 		if len(c.Subjects) != 1 || c.Subjects[0] != w.subject || c.Retention != w.retention ||
-			c.Storage != jetstream.FileStorage || c.Discard != jetstream.DiscardOld ||
-			c.MaxAge != w.maxAge || c.MaxMsgsPerSubject != w.perSubj || c.MaxMsgs != w.maxMsgs ||
+			c.Storage != jetstream.FileStorage || c.Discard != w.discard || c.DiscardNewPerSubject != w.newPer ||
+			c.MaxAge != w.maxAge || c.MaxMsgsPerSubject != w.perSubj || c.MaxMsgs != w.maxMsgs || c.MaxBytes != w.maxBytes ||
 			c.Duplicates != 2*time.Minute {
 			t.Errorf("stream %s config = %+v", name, c)
 		}
@@ -478,6 +481,7 @@ func TestConsumeOnlyOnce(t *testing.T) {
 func TestListenerClientURL(t *testing.T) {
 	cfg := natsbus.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
+	cfg.Admin = natsbus.AdminConfig{Token: "ops-token"}
 	b := open(t, cfg, t.TempDir())
 	u := b.ClientURL()
 	if !strings.HasPrefix(u, "nats://127.0.0.1:") || strings.HasSuffix(u, ":0") {
@@ -485,8 +489,9 @@ func TestListenerClientURL(t *testing.T) {
 	}
 	c := startConsume(t, b)
 
-	// An outside client: sees outbound messages and can publish inbound ones.
-	nc, err := nats.Connect(u)
+	// An outside client (an operator): sees outbound messages and can
+	// publish inbound ones.
+	nc, err := nats.Connect(u, nats.Token("ops-token"))
 	if err != nil {
 		t.Fatalf("connect to ClientURL %s: %v", u, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,8 +41,16 @@ func TestRateLimitDeadLettersExcess(t *testing.T) {
 	agent := startConsume(t, b)
 	wechat := asBridge(t, b, "wechat", nats.Token(wechatToken))
 
+	// The ingress refuses the excess before it is stored, and says why.
 	for i := range 5 {
-		bustest.PublishInbound(t, wechat.nc, b.Subjects(), bus.Inbound{V: 1, ID: fmt.Sprint("w", i), Channel: "wechat", ChatID: "c", UserID: "u", Text: "hi"})
+		in := bus.Inbound{V: 1, ID: fmt.Sprint("w", i), Channel: "wechat", ChatID: "c", UserID: "u", Text: "hi"}
+		_, err := wechat.js.Publish(t.Context(), subjIn(b, in), mustJSON(t, in), jetstream.WithMsgID(in.DedupKey()))
+		switch {
+		case i == 0 && err != nil:
+			t.Fatalf("first message: %v", err)
+		case i > 0 && (apiErrorCode(err) != 429 || !strings.Contains(err.Error(), "rate limit exceeded for channel wechat")):
+			t.Fatalf("message %d = %v, want a 429 API error", i, err)
+		}
 	}
 	// A channel no bridge claims has no limit.
 	for i := range 5 {
@@ -65,18 +74,34 @@ func TestRateLimitDeadLettersExcess(t *testing.T) {
 		}
 	}
 	if n := streamMsgs(t, b, "CHAT_IN"); n != 0 {
-		t.Errorf("CHAT_IN holds %d messages, want 0 (rate-limited ones terminated)", n)
+		t.Errorf("CHAT_IN holds %d messages, want 0 (rate-limited ones never stored)", n)
 	}
 }
 
-func TestRateLimitSparesRedeliveries(t *testing.T) {
-	cfg := isolatedConfig()
-	cfg.Bridges["wechat"] = natsbus.BridgeConfig{Channels: []string{"wechat"}, Token: wechatToken, MaxMsgsPerSec: 0.01}
-	b := open(t, cfg, t.TempDir())
+// TestExternalRateLimitAfterValidation: with an external server (no
+// accounts, no ingress in the path) Consume applies the limits, to valid
+// envelopes only, and spares redeliveries.
+func TestExternalRateLimitAfterValidation(t *testing.T) {
+	s := bustest.StartServer(t)
+	cfg := natsbus.DefaultConfig()
+	cfg.URL = s.ClientURL()
+	cfg.Bridges = map[string]natsbus.BridgeConfig{"wechat": {Channels: []string{"wechat"}, MaxMsgsPerSec: 0.01}}
+	b := open(t, cfg, "")
 	dlq := bustest.Collect(t, b.Conn(), "chat.dlq.wechat")
 	agent := startConsume(t, b)
+	// Invalid envelopes reach the handler (which dead-letters them) and
+	// spend nothing.
+	for range 3 {
+		if err := b.Publish(t.Context(), "chat.in.wechat.c", []byte(`{"v":1}`), ""); err != nil {
+			t.Fatal(err)
+		}
+		doubleAck(t, agent.next(t))
+	}
 	publishInbound(t, b, bus.Inbound{V: 1, ID: "m1", Channel: "wechat", ChatID: "c", UserID: "u", Text: "hi"})
 	d := agent.next(t)
+	if in := decode(t, b, d); in.ID != "m1" {
+		t.Fatalf("delivery = %s", in.ID)
+	}
 	if err := d.(jetstream.Msg).Nak(); err != nil { // the runtime could not take it yet
 		t.Fatal(err)
 	}
@@ -148,16 +173,39 @@ func (r *runtime) waitUntil(t *testing.T, timeout time.Duration, cond func() boo
 }
 
 // TestFloodDoesNotHoldUpOtherChannels has the wechat bridge send 10,000
-// invalid messages while the line bridge talks normally: wechat's flood
-// reaches the handler only up to its rate limit, the rest is dead-lettered
-// before it, and every line message is handled.
+// messages, half of them invalid, while the line bridge talks normally:
+// the invalid ones are refused and dead-lettered at the ingress without
+// spending wechat's budget, the valid ones reach the handler only up to the
+// rate limit, the rest is dead-lettered before it is stored, and every line
+// message is handled.
 func TestFloodDoesNotHoldUpOtherChannels(t *testing.T) {
 	const flood, rateLimit, lineMsgs = 10_000, 50, 5
 	cfg := isolatedConfig()
 	cfg.Bridges["wechat"] = natsbus.BridgeConfig{Channels: []string{"wechat"}, Token: wechatToken, MaxMsgsPerSec: rateLimit}
 	b := open(t, cfg, t.TempDir())
-	limited := bustest.Collect(t, b.Conn(), "chat.dlq.wechat")
 	rt := &runtime{b: b, invalid: map[string]int{}, changed: make(chan struct{}, 1)}
+	// Dead letters are recorded with the runtime's state, so one wait sees
+	// both.
+	var dead []*nats.Msg
+	sub, err := b.Conn().Subscribe("chat.dlq.>", func(m *nats.Msg) {
+		rt.mu.Lock()
+		dead = append(dead, m)
+		rt.mu.Unlock()
+		select {
+		case rt.changed <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := b.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- b.Consume(ctx, rt.handle) }()
@@ -173,7 +221,11 @@ func TestFloodDoesNotHoldUpOtherChannels(t *testing.T) {
 	garbage := []byte(`{"v":1,"id":"x","channel":"wechat","chat_id":"flood","user_id":"u"}`) // no text
 	start := time.Now()
 	for i := range flood {
-		if err := wechat.nc.Publish("chat.in.wechat.flood", garbage); err != nil {
+		data := garbage
+		if i%2 == 1 {
+			data = mustJSON(t, bus.Inbound{V: 1, ID: fmt.Sprint("w", i), Channel: "wechat", ChatID: "flood", UserID: "u", Text: "hi"})
+		}
+		if err := wechat.nc.Publish("chat.in.wechat.flood", data); err != nil {
 			t.Fatal(err)
 		}
 		if i == flood/2 {
@@ -186,38 +238,71 @@ func TestFloodDoesNotHoldUpOtherChannels(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Every flood message is either handled (and dead-lettered by the
-	// runtime as invalid) or rate-limited before the handler.
-	rateLimited := func() int {
+	// Every valid flood message is either handled or rate-limited; every
+	// invalid one is refused at the ingress.
+	// count and handledValid are called with rt.mu held.
+	count := func() (invalid, limited int) {
+		for _, m := range dead {
+			var r bus.DLQRecord
+			if err := json.Unmarshal(m.Data, &r); err != nil {
+				t.Errorf("DLQ record %s: %v", m.Data, err)
+			}
+			switch {
+			case r.Reason == natsbus.RateLimitReason("wechat"):
+				limited++
+			case strings.HasPrefix(r.Reason, "bus:"):
+				invalid++
+			}
+		}
+		return invalid, limited
+	}
+	handledValid := func() int {
 		n := 0
-		for _, r := range dlqRecords(t, limited) {
-			if r.Reason == natsbus.RateLimitReason("wechat") {
+		for _, id := range rt.valid {
+			if strings.HasPrefix(id, "w") {
 				n++
 			}
 		}
 		return n
 	}
-	limited.WaitFor(t, 3*wait, func(*nats.Msg) bool { return len(limited.All()) >= flood })
-	rt.waitUntil(t, wait, func() bool { return len(rt.valid) == lineMsgs })
-	// The stream stamped every message after start and before now.
+	rt.waitUntil(t, 3*wait, func() bool {
+		invalid, limited := count()
+		return len(rt.valid)-handledValid() == lineMsgs && invalid == flood/2 && limited+handledValid() == flood/2
+	})
+	// Every message was judged after start and before now.
 	published := time.Since(start)
 
 	rt.mu.Lock()
-	handled, valid := rt.invalid["chat.dlq.wechat"], fmt.Sprint(rt.valid)
-	rt.mu.Unlock()
-	if valid != "[l0 l1 l2 l3 l4]" {
-		t.Errorf("line messages handled: %s", valid)
+	handled, lineIDs := handledValid(), []string{}
+	for _, id := range rt.valid {
+		if strings.HasPrefix(id, "l") {
+			lineIDs = append(lineIDs, id)
+		}
 	}
-	n := rateLimited()
-	if handled+n != flood {
-		t.Errorf("flood: %d handled + %d rate-limited, want %d in all", handled, n, flood)
+	invalidHandled := len(rt.invalid)
+	_, limited := count()
+	var elsewhere []string
+	for _, m := range dead {
+		if m.Subject != "chat.dlq.wechat" {
+			elsewhere = append(elsewhere, m.Subject)
+		}
+	}
+	rt.mu.Unlock()
+	if fmt.Sprint(lineIDs) != "[l0 l1 l2 l3 l4]" {
+		t.Errorf("line messages handled: %v", lineIDs)
+	}
+	if invalidHandled != 0 {
+		t.Errorf("the handler saw invalid messages: %v", rt.invalid)
 	}
 	// The bucket holds one second's worth and refills at the rate.
 	if most := rateLimit + int(float64(rateLimit)*published.Seconds()) + 1; handled > most {
 		t.Errorf("the handler saw %d flood messages; the limit allows at most %d in %s", handled, most, published)
 	}
-	if n == 0 {
+	if limited == 0 {
 		t.Error("nothing was rate-limited")
+	}
+	if len(elsewhere) > 0 {
+		t.Errorf("dead letters outside wechat's channel: %v", elsewhere)
 	}
 	if m := streamMsgs(t, b, "CHAT_IN"); m != 0 {
 		t.Errorf("CHAT_IN holds %d messages", m)

@@ -16,6 +16,13 @@ const (
 	// DuplicateWindow is the de-duplication window of CHAT_IN and CHAT_OUT
 	// (Nats-Msg-Id).
 	DuplicateWindow = 2 * time.Minute
+	// InMaxMsgsPerSubject bounds CHAT_IN per chat subject
+	// ("<p>.in.<channel>.<chat>"): a message beyond it is refused with an
+	// error to its publisher, and the chat's earlier messages stay.
+	InMaxMsgsPerSubject = 1000
+	// InMaxBytes bounds CHAT_IN as a whole (a disk guard reached only when
+	// the runtime stops consuming): a message beyond it is refused.
+	InMaxBytes = 1 << 30
 	// OutMaxAge bounds how long CHAT_OUT keeps an outbound message.
 	OutMaxAge = 24 * time.Hour
 	// OutMaxMsgsPerSubject bounds CHAT_OUT per chat subject.
@@ -24,6 +31,10 @@ const (
 	DLQMaxAge = 7 * 24 * time.Hour
 	// DLQMaxMsgs bounds the number of dead letters kept.
 	DLQMaxMsgs = 100_000
+	// DLQMaxMsgsPerSubject bounds the dead letters kept per channel
+	// ("<p>.dlq.<channel>"), the oldest going first, so that one channel's
+	// flood of refused messages cannot push another's dead letters out.
+	DLQMaxMsgsPerSubject = 10_000
 )
 
 // Streams names the three bus streams.
@@ -43,20 +54,25 @@ func StreamsFor(prefix string) Streams {
 }
 
 // StreamConfigs returns the configurations of the in, out and dlq streams
-// for a subject prefix, in that order. All use file storage and discard the
-// oldest message when a limit is reached.
+// for a subject prefix, in that order. All use file storage. The in stream
+// refuses a new message beyond its bounds ([InMaxMsgsPerSubject],
+// [InMaxBytes]), so nothing already accepted is lost; the out and dlq
+// streams discard the oldest message when a limit is reached.
 func StreamConfigs(prefix string) []jetstream.StreamConfig {
 	subj := bus.Subjects{Prefix: prefix}
 	names := StreamsFor(prefix)
 	return []jetstream.StreamConfig{
 		{
-			Name:        names.In,
-			Description: "Switchboard inbound messages (work queue of the agent runtime)",
-			Subjects:    []string{subj.InAll()},
-			Retention:   jetstream.WorkQueuePolicy,
-			Storage:     jetstream.FileStorage,
-			Discard:     jetstream.DiscardOld,
-			Duplicates:  DuplicateWindow,
+			Name:                 names.In,
+			Description:          "Switchboard inbound messages (work queue of the agent runtime)",
+			Subjects:             []string{subj.InAll()},
+			Retention:            jetstream.WorkQueuePolicy,
+			Storage:              jetstream.FileStorage,
+			Discard:              jetstream.DiscardNew,
+			DiscardNewPerSubject: true,
+			MaxMsgsPerSubject:    InMaxMsgsPerSubject,
+			MaxBytes:             InMaxBytes,
+			Duplicates:           DuplicateWindow,
 		},
 		{
 			Name:              names.Out,
@@ -70,15 +86,16 @@ func StreamConfigs(prefix string) []jetstream.StreamConfig {
 			Duplicates:        DuplicateWindow,
 		},
 		{
-			Name:        names.DLQ,
-			Description: "Switchboard dead letters (rejected inbound messages)",
-			Subjects:    []string{subj.DLQAll()},
-			Retention:   jetstream.LimitsPolicy,
-			Storage:     jetstream.FileStorage,
-			Discard:     jetstream.DiscardOld,
-			MaxAge:      DLQMaxAge,
-			MaxMsgs:     DLQMaxMsgs,
-			Duplicates:  DuplicateWindow,
+			Name:              names.DLQ,
+			Description:       "Switchboard dead letters (rejected inbound messages)",
+			Subjects:          []string{subj.DLQAll()},
+			Retention:         jetstream.LimitsPolicy,
+			Storage:           jetstream.FileStorage,
+			Discard:           jetstream.DiscardOld,
+			MaxAge:            DLQMaxAge,
+			MaxMsgs:           DLQMaxMsgs,
+			MaxMsgsPerSubject: DLQMaxMsgsPerSubject,
+			Duplicates:        DuplicateWindow,
 		},
 	}
 }

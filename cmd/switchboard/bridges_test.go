@@ -163,11 +163,12 @@ func TestBridgeRoundTripThroughDaemon(t *testing.T) {
 	}
 }
 
-// TestFloodThroughDaemon: the wechat bridge sends 10,000 invalid messages
-// while the line bridge holds a conversation. Line's turns complete
-// normally; wechat's flood never reaches the model, and every flood message
-// ends in the dead-letter queue, most of them rate-limited before the
-// runtime sees them.
+// TestFloodThroughDaemon: the wechat bridge sends 10,000 messages (invalid
+// ones, and valid ones carrying a /command that needs no model) while the
+// line bridge holds a conversation. Line's turns complete normally;
+// wechat's flood never reaches the model; every invalid message ends in
+// wechat's dead-letter queue without spending its rate budget, and the
+// valid ones beyond the budget are rate-limited before they are stored.
 func TestFloodThroughDaemon(t *testing.T) {
 	const flood, turns = 10_000, 3
 	model := llmtest.NewServer(t)
@@ -184,8 +185,13 @@ func TestFloodThroughDaemon(t *testing.T) {
 	}
 
 	garbage := []byte(`{"v":1,"id":"junk","channel":"wechat","chat_id":"flood","user_id":"u"}`) // no text
+	const valid = 100                                                                           // one in every flood/valid is valid
 	for i := range flood {
-		if err := wechat.Publish("chat.in.wechat.flood", garbage); err != nil {
+		data := garbage
+		if i%(flood/valid) == 0 {
+			data, _ = json.Marshal(bus.Inbound{V: 1, ID: fmt.Sprint("w", i), Channel: "wechat", ChatID: "flood", UserID: "u", Text: "/help"})
+		}
+		if err := wechat.Publish("chat.in.wechat.flood", data); err != nil {
 			t.Fatal(err)
 		}
 		if i%(flood/turns) == 0 && i/(flood/turns) < turns {
@@ -201,21 +207,26 @@ func TestFloodThroughDaemon(t *testing.T) {
 	if err := wechat.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	dlq.WaitFor(t, 3*wait, func(*nats.Msg) bool { return len(dlq.All()) >= flood })
-	limited := 0
-	for _, m := range dlq.All() {
-		var r bus.DLQRecord
-		if err := json.Unmarshal(m.Data, &r); err != nil {
-			t.Fatal(err)
+	// count returns the rate-limited and the invalid dead letters.
+	count := func() (limited, invalid int) {
+		for _, m := range dlq.All() {
+			var r bus.DLQRecord
+			if err := json.Unmarshal(m.Data, &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Reason == natsbus.RateLimitReason("wechat") {
+				limited++
+			} else if strings.Contains(r.Reason, `field "text"`) {
+				invalid++
+			} else {
+				t.Fatalf("unexpected dead letter %+v", r)
+			}
 		}
-		if r.Reason == natsbus.RateLimitReason("wechat") {
-			limited++
-		} else if !strings.Contains(r.Reason, `field "text"`) {
-			t.Fatalf("unexpected dead letter %+v", r)
-		}
+		return limited, invalid
 	}
-	if limited == 0 || len(dlq.All()) != flood {
-		t.Fatalf("%d dead letters, %d rate-limited; want %d in all, some rate-limited", len(dlq.All()), limited, flood)
+	dlq.WaitFor(t, 3*wait, func(*nats.Msg) bool { _, invalid := count(); return invalid == flood-valid })
+	if limited, invalid := count(); invalid != flood-valid || limited > valid {
+		t.Fatalf("%d rate-limited and %d invalid dead letters; want %d invalid and at most %d rate-limited", limited, invalid, flood-valid, valid)
 	}
 	if n := model.RequestCount(); n != turns {
 		t.Fatalf("model called %d times, want %d (only line's turns)", n, turns)
@@ -249,4 +260,47 @@ bus:
 
 	_, out = runCheckFile(t, checkEnv{}.yaml(t))
 	wantLine(t, out, "bus auth", "OK", "in-process only")
+}
+
+// TestBridgeCannotSuppressAnotherChannelsMessageThroughDaemon: the wechat
+// bridge sends its own message under line's de-duplication key first; line's
+// real message with that id is still answered by the daemon.
+func TestBridgeCannotSuppressAnotherChannelsMessageThroughDaemon(t *testing.T) {
+	model := llmtest.NewServer(t, llmtest.WithResponder(llmtest.EchoResponder))
+	d := startAuthDaemon(t, bridgeConfig(t, model.URL()))
+	wechat, wechatJS := d.connectBridge(t, "wechat", nats.Token(testWechatToken))
+	_, lineJS := d.connectBridge(t, "line", nats.UserInfo("line", testLinePass))
+	wechatCons, err := wechatJS.Consumer(t.Context(), "CHAT_OUT", natsbus.BridgeConsumerName("wechat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lineCons, err := lineJS.Consumer(t.Context(), "CHAT_OUT", natsbus.BridgeConsumerName("line"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(js jetstream.JetStream, in bus.Inbound, msgID string) *jetstream.PubAck {
+		t.Helper()
+		m := nats.NewMsg(d.bus.Subjects().In(in.Channel, in.ChatID))
+		m.Data, _ = json.Marshal(in)
+		m.Header.Set(jetstream.MsgIDHeader, msgID)
+		ack, err := js.PublishMsg(t.Context(), m)
+		if err != nil {
+			t.Fatalf("publish %s: %v", in.DedupKey(), err)
+		}
+		return ack
+	}
+	publish(wechatJS, bus.Inbound{V: 1, ID: "w-1", Channel: "wechat", ChatID: "room", UserID: "mallory", Text: "mine"}, "line:victim-1")
+	if got := nextFinal(t, wechatCons, "w-1"); !strings.Contains(got.Text, "mine") {
+		t.Fatalf("wechat's own message answered with %+v", got)
+	}
+	victim := bus.Inbound{V: 1, ID: "victim-1", Channel: "line", ChatID: "g1", UserID: "alice", Text: "please answer me"}
+	if ack := publish(lineJS, victim, victim.DedupKey()); ack.Duplicate {
+		t.Fatalf("line's message was taken for a duplicate: %+v", ack)
+	}
+	if got := nextFinal(t, lineCons, "victim-1"); !strings.Contains(got.Text, "please answer me") {
+		t.Fatalf("line's message answered with %+v", got)
+	}
+	if err := wechat.Flush(); err != nil {
+		t.Fatal(err)
+	}
 }

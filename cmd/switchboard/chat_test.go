@@ -26,7 +26,7 @@ func TestChatVerb(t *testing.T) {
 	startDaemon(t, cfg)
 
 	file := filepath.Join(t.TempDir(), "chat.yaml")
-	if err := os.WriteFile(file, []byte(fmt.Sprintf("bus:\n  listen: %q\nadmin:\n  listen: \"\"\n", cfg.Bus.Listen)), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(fmt.Sprintf("bus:\n  listen: %q\n  admin: {token: %s}\nadmin:\n  listen: \"\"\n", cfg.Bus.Listen, testAdminToken)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer

@@ -116,7 +116,7 @@ func connectWhenUp(t testing.TB, p *process, url string) *nats.Conn {
 	t.Helper()
 	deadline := time.Now().Add(wait)
 	for {
-		nc, err := nats.Connect(url, nats.Timeout(time.Second))
+		nc, err := nats.Connect(url, nats.Timeout(time.Second), nats.Token(testAdminToken))
 		if err == nil {
 			js, _ := jetstream.New(nc)
 			if _, err = js.Stream(context.Background(), "CHAT_IN"); err == nil {
@@ -142,6 +142,7 @@ log:
   level: debug
 bus:
   listen: %q
+  admin: {token: `+testAdminToken+`}
 admin:
   listen: %q
 llm:

@@ -19,6 +19,7 @@ import (
 	"switchboard/agent/llm/llmtest"
 	"switchboard/bus"
 	"switchboard/bus/bustest"
+	"switchboard/bus/natsbus"
 	"switchboard/memory/boltstore"
 )
 
@@ -40,6 +41,9 @@ func testConfig(t testing.TB, llmURL string) Config {
 	cfg.Agent.Workspace = filepath.Join(dir, "workspace")
 	cfg.Agent.DeltaInterval = 20 * time.Millisecond
 	cfg.Bus.Listen = "127.0.0.1:0"
+	// The embedded bus authenticates every client: tests connect as the
+	// operator.
+	cfg.Bus.Admin = natsbus.AdminConfig{Token: testAdminToken}
 	cfg.Admin.Listen = "127.0.0.1:0"
 	cfg.LLM.BaseURL = llmURL
 	cfg.LLM.APIKey = "test-key"
@@ -70,7 +74,7 @@ func startDaemon(t testing.TB, cfg Config) *daemon {
 		cancel()
 		t.Fatal("daemon did not start")
 	}
-	nc, err := nats.Connect(d.s.Bus.ClientURL())
+	nc, err := nats.Connect(d.s.Bus.ClientURL(), nats.Token(testAdminToken))
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -537,7 +541,7 @@ func TestE2ESecretsNeverLogged(t *testing.T) {
 	case err := <-done:
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(s.Bus.ClientURL())
+	nc, err := nats.Connect(s.Bus.ClientURL(), nats.Token(testAdminToken))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -124,7 +124,7 @@ func TestBusTailShowsTraffic(t *testing.T) {
 	model := llmtest.NewServer(t)
 	model.Enqueue(llmtest.TextReply("Hello, Ann!\nHow can I help?"))
 	d := startDaemon(t, testConfig(t, model.URL()))
-	tr := startTail(t, "--config", writeBusConfig(t, d.s.Bus.ClientURL()))
+	tr := startTail(t, "--config", writeBusConfig(t, d.s.Bus.ClientURL(), "admin: {token: "+testAdminToken+"}"))
 	if !strings.Contains(tr.out.String(), "Tailing all channels on nats://127.0.0.1:") {
 		t.Fatalf("banner: %s", tr.out.String())
 	}
