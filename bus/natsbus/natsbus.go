@@ -20,9 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,11 +77,10 @@ type Bus struct {
 // consumer ([BridgeConsumerConfig]). ctx bounds the set-up, not the life of
 // the Bus. On error nothing is left running. A nil log discards.
 //
-// When cfg.Bridges is not empty the embedded server authenticates every
-// client: bridges with their credentials and [BridgePermissions], operators
+// The embedded server authenticates every client, and accepts no anonymous
+// one: bridges with their credentials and [BridgePermissions], operators
 // with cfg.Admin (full access), and this Bus's own in-process connection
-// with a random token made here (full access). Otherwise the embedded
-// listener accepts anonymous clients with full access.
+// with a random token made here (full access).
 func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*Bus, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("natsbus: config: %w", err)
@@ -107,22 +104,19 @@ func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*
 				log.Warn("nats disconnected", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted()) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", redactURL(nc.ConnectedUrl())) }),
 	}
 	var err error
 	if cfg.URL == "" {
 		if storeDir == "" {
 			return nil, errors.New("natsbus: embedded server: store directory is required")
 		}
-		var auth *authenticator
-		if len(cfg.Bridges) > 0 {
-			token, err := newInternalToken()
-			if err != nil {
-				return nil, err
-			}
-			auth = newAuthenticator(cfg, token, log)
-			opts = append(opts, nats.Token(token))
+		token, err := newInternalToken()
+		if err != nil {
+			return nil, err
 		}
+		auth := newAuthenticator(cfg, token, log)
+		opts = append(opts, nats.Token(token))
 		b.ns, err = startEmbedded(cfg, storeDir, auth, log)
 		if err != nil {
 			return nil, err
@@ -155,7 +149,7 @@ func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*
 		return nil, fmt.Errorf("natsbus: %w", err)
 	}
 	log.Info("bus ready", "embedded", b.ns != nil, "client_url", redactURL(b.clientURL), "prefix", cfg.SubjectPrefix,
-		"bridges", len(cfg.Bridges), "auth", b.ns != nil && len(cfg.Bridges) > 0)
+		"bridges", len(cfg.Bridges), "auth", b.ns != nil)
 	return b, nil
 }
 
@@ -339,14 +333,6 @@ func (b *Bus) Close() error {
 	return nil
 }
 
-// redactURL hides passwords in a URL (or comma-separated URL list) for logs
-// and errors.
-func redactURL(u string) string {
-	parts := strings.Split(u, ",")
-	for i, p := range parts {
-		if pu, err := url.Parse(strings.TrimSpace(p)); err == nil {
-			parts[i] = pu.Redacted()
-		}
-	}
-	return strings.Join(parts, ",")
-}
+// redactURL hides the credentials of a URL (or comma-separated URL list)
+// for logs and errors ([bus.RedactURL]).
+func redactURL(u string) string { return bus.RedactURL(u) }

@@ -478,6 +478,7 @@ func TestConsumeOnlyOnce(t *testing.T) {
 func TestListenerClientURL(t *testing.T) {
 	cfg := natsbus.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
+	cfg.Admin.Token = "ops"
 	b := open(t, cfg, t.TempDir())
 	u := b.ClientURL()
 	if !strings.HasPrefix(u, "nats://127.0.0.1:") || strings.HasSuffix(u, ":0") {
@@ -486,7 +487,7 @@ func TestListenerClientURL(t *testing.T) {
 	c := startConsume(t, b)
 
 	// An outside client: sees outbound messages and can publish inbound ones.
-	nc, err := nats.Connect(u)
+	nc, err := nats.Connect(u, nats.Token("ops"))
 	if err != nil {
 		t.Fatalf("connect to ClientURL %s: %v", u, err)
 	}
