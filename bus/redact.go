@@ -5,8 +5,8 @@ import (
 	"strings"
 )
 
-// RedactURL hides the credentials of a NATS URL, or of a comma-separated
-// list of them, for logs and errors: the password of "user:password@", and a
+// RedactURL hides the credentials of a URL, or of a comma-separated list of
+// them (NATS server lists), for logs and errors: the password of "user:password@", and a
 // lone "token@", which NATS treats as a token ("nats://xxxxx@host:4222").
 // A part that does not parse as a URL but holds an "@" is replaced whole.
 func RedactURL(u string) string {

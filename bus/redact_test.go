@@ -9,6 +9,7 @@ func TestRedactURL(t *testing.T) {
 		"nats://a:4222, nats://u:p@b:4222":        "nats://a:4222,nats://u:xxxxx@b:4222",
 		"nats://host:4222":                        "nats://host:4222",
 		"nats://tok%zz@host:4222":                 "<unparsable URL>",
+		"http://localhost:11434/v1/models":        "http://localhost:11434/v1/models",
 		"":                                        "",
 	} {
 		if got := RedactURL(in); got != want {

@@ -19,6 +19,7 @@ import (
 	"switchboard/agent/llm/llmtest"
 	"switchboard/bus"
 	"switchboard/bus/bustest"
+	"switchboard/bus/natsbus"
 	"switchboard/memory/boltstore"
 )
 
@@ -70,7 +71,7 @@ func startDaemon(t testing.TB, cfg Config) *daemon {
 		cancel()
 		t.Fatal("daemon did not start")
 	}
-	nc, err := nats.Connect(d.s.Bus.ClientURL())
+	nc, err := nats.Connect(d.s.Bus.ClientURL(), operatorAuth(t, cfg))
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -95,6 +96,25 @@ func startDaemon(t testing.TB, cfg Config) *daemon {
 	}
 	t.Cleanup(d.stop)
 	return d
+}
+
+// operatorAuth returns the connect option that authenticates a test client
+// as the operator of a daemon started with cfg: bus.admin, or the token the
+// daemon generated in data_dir (the embedded listener accepts no anonymous
+// client).
+func operatorAuth(t testing.TB, cfg Config) nats.Option {
+	t.Helper()
+	switch a := cfg.Bus.Admin; {
+	case a.Token != "":
+		return nats.Token(a.Token)
+	case a.User != "":
+		return nats.UserInfo(a.User, a.Password)
+	}
+	token, err := natsbus.ReadOperatorToken(cfg.DataDir)
+	if err != nil {
+		t.Fatalf("operator credential of the test daemon: %v", err)
+	}
+	return nats.Token(token)
 }
 
 func (d *daemon) subjects() bus.Subjects { return d.s.Bus.Subjects() }
@@ -537,7 +557,7 @@ func TestE2ESecretsNeverLogged(t *testing.T) {
 	case err := <-done:
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(s.Bus.ClientURL())
+	nc, err := nats.Connect(s.Bus.ClientURL(), operatorAuth(t, cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
