@@ -416,9 +416,9 @@ func TestShippedConfigUsesEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := ParseConfig(data, envMap(map[string]string{
-		"OPENAI_BASE_URL":          "http://localhost:11434/v1",
-		"OPENAI_API_KEY":           "sk-123",
-		"OPENAI_MODEL":             "llama3.1",
+		"OPENAI_BASE_URL":             "http://localhost:11434/v1",
+		"OPENAI_API_KEY":              "sk-123",
+		"OPENAI_MODEL":                "llama3.1",
 		"SWITCHBOARD_BUS_LISTEN":      "0.0.0.0:4222",
 		"SWITCHBOARD_BUS_ADMIN_TOKEN": "ops-token",
 		"SWITCHBOARD_ADMIN_LISTEN":    "0.0.0.0:9090",
