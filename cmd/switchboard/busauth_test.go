@@ -263,3 +263,19 @@ func TestBusContextVerb(t *testing.T) {
 		t.Errorf("bus context before the first start = %v", err)
 	}
 }
+
+// TestCheckAgainstRunningDaemon: `switchboard check` with the running
+// daemon's configuration reaches its bus with the generated operator
+// credential, as `chat` does, and says so.
+func TestCheckAgainstRunningDaemon(t *testing.T) {
+	cfg := testConfig(t, "http://127.0.0.1:1/v1")
+	cfg.Bus.Listen = freePort(t)
+	startDaemon(t, cfg)
+	env := checkEnv{busListen: cfg.Bus.Listen, dataDir: cfg.DataDir}
+	_, out := runCheckFile(t, env.yaml(t))
+	wantLine(t, out, "NATS", "WARN", "embedded server: "+cfg.Bus.Listen+" is in use by a running bus that accepts this configuration's operator credential: connected to nats://"+cfg.Bus.Listen)
+	wantLine(t, out, "bus auth", "OK", "operators use the token in "+filepath.Join(cfg.DataDir, "bus-operator.token"))
+	// Another data_dir has another credential (none yet): the bus is not ours.
+	_, out = runCheckFile(t, checkEnv{busListen: cfg.Bus.Listen}.yaml(t))
+	wantLine(t, out, "NATS", "FAIL", "embedded server cannot listen on "+cfg.Bus.Listen)
+}
