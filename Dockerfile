@@ -2,8 +2,11 @@
 # the non-root user 65532.
 #
 #   docker build -t switchboard .
-#   docker run --rm -e OPENAI_API_KEY -p 127.0.0.1:9090:9090 -p 127.0.0.1:4222:4222 \
+#   export SWITCHBOARD_BUS_ADMIN_TOKEN=$(openssl rand -hex 32)
+#   docker run --rm -e OPENAI_API_KEY -e SWITCHBOARD_BUS_ADMIN_TOKEN \
+#     -p 127.0.0.1:9090:9090 -p 127.0.0.1:4222:4222 \
 #     -v switchboard-data:/var/lib/switchboard switchboard
+#   switchboard chat --url nats://$SWITCHBOARD_BUS_ADMIN_TOKEN@127.0.0.1:4222
 #
 # State (data_dir ./data and agent.workspace ./data/workspace, relative to the
 # working directory) lives in the volume /var/lib/switchboard. The shipped
@@ -11,8 +14,11 @@
 # to replace it. The bus and admin listeners bind 0.0.0.0 inside the
 # container through SWITCHBOARD_BUS_LISTEN and SWITCHBOARD_ADMIN_LISTEN,
 # which the shipped config.yaml reads (outside a container they default to
-# 127.0.0.1). The embedded NATS server has no authentication: publish 4222
-# only to hosts you trust.
+# 127.0.0.1). The embedded NATS server accepts no anonymous client, and a
+# listener on 0.0.0.0 needs the operators' credential bus.admin: the shipped
+# config.yaml reads it from SWITCHBOARD_BUS_ADMIN_TOKEN, and without it the
+# container exits at start with an error naming bus.admin and bus.listen
+# (never an open bus). Bridges get their own credentials (bus.bridges).
 
 FROM golang:1.26 AS build
 WORKDIR /src

@@ -229,7 +229,8 @@ func StreamOut(prefix string) string {
 
 // Credentials authenticate a dialled connection. Set at most one method:
 // Token; or User and Password; or NKeySeed (a user NKey seed, "SU...", whose
-// public key the server knows). All empty means no authentication.
+// public key the server knows). All empty means no authentication, or the
+// credentials carried by the URL given to [Dial].
 type Credentials struct {
 	Token    string
 	User     string
@@ -355,7 +356,10 @@ func InboxPrefix(name string) string { return "_INBOX_" + name }
 
 // Dial connects to the NATS server at serverURL (a comma-separated list is
 // accepted) with creds and returns a Client that owns the connection:
-// [Client.Close] drains and closes it. Once connected, the connection
+// [Client.Close] drains and closes it. The credentials may instead be in the
+// URL, as nats.go reads them: "nats://TOKEN@host:4222" for a token,
+// "nats://user:password@host:4222" for a user and password (then creds must
+// be empty); they are never logged. Once connected, the connection
 // reconnects forever; the first connection attempt fails at once on a wrong
 // address or rejected credentials. ctx bounds the connection attempt (10 s
 // when it has no deadline), not the life of the Client.
@@ -371,8 +375,11 @@ func Dial(ctx context.Context, serverURL string, creds Credentials, opts Options
 	if err != nil {
 		return nil, fmt.Errorf("bridge: dial: %w", err)
 	}
+	if len(copts) > 0 && urlHasCredentials(serverURL) {
+		return nil, fmt.Errorf("bridge: dial %s: credentials both in the URL and in Credentials: use one", bus.RedactURL(serverURL))
+	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("bridge: dial %s: %w", redactURL(serverURL), err)
+		return nil, fmt.Errorf("bridge: dial %s: %w", bus.RedactURL(serverURL), err)
 	}
 	timeout := defaultDialTimeout
 	if dl, ok := ctx.Deadline(); ok {
@@ -395,18 +402,29 @@ func Dial(ctx context.Context, serverURL string, creds Credentials, opts Options
 				c.log.Warn("nats disconnected", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { c.log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted()) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { c.log.Info("nats reconnected", "url", bus.RedactURL(nc.ConnectedUrl())) }),
 	)
 	nc, err := nats.Connect(serverURL, copts...)
 	if err != nil {
-		return nil, fmt.Errorf("bridge: dial %s: %w", redactURL(serverURL), err)
+		return nil, fmt.Errorf("bridge: dial %s: %w", bus.RedactURL(serverURL), err)
 	}
 	if err := c.attach(nc); err != nil {
 		nc.Close()
 		return nil, err
 	}
-	c.log.Info("bridge connected", "url", nc.ConnectedUrlRedacted())
+	c.log.Info("bridge connected", "url", bus.RedactURL(nc.ConnectedUrl()))
 	return c, nil
+}
+
+// urlHasCredentials reports whether any URL of a comma-separated list
+// carries user information (nats://TOKEN@host, nats://user:password@host).
+func urlHasCredentials(serverURL string) bool {
+	for p := range strings.SplitSeq(serverURL, ",") {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Close marks the Client closed: later calls of its methods fail with
@@ -502,23 +520,4 @@ func (c *Client) PublishInbound(ctx context.Context, in bus.Inbound) error {
 		c.log.DebugContext(ctx, "duplicate inbound ignored by stream", "msg_id", msgID, "stream", ack.Stream)
 	}
 	return nil
-}
-
-// redactURL hides secrets in a URL list for logs and errors: the password
-// of "user:password@", and a lone "token@", which NATS treats as a token.
-func redactURL(u string) string {
-	parts := strings.Split(u, ",")
-	for i, p := range parts {
-		pu, err := url.Parse(strings.TrimSpace(p))
-		if err != nil || pu.User == nil {
-			continue
-		}
-		if _, hasPass := pu.User.Password(); hasPass {
-			pu.User = url.UserPassword(pu.User.Username(), "xxxxx")
-		} else {
-			pu.User = url.User("xxxxx")
-		}
-		parts[i] = pu.String()
-	}
-	return strings.Join(parts, ",")
 }

@@ -5,16 +5,13 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"slices"
-	"strconv"
 	"sync/atomic"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
 	"switchboard/bus"
@@ -241,44 +238,4 @@ func newInternalToken() (string, error) {
 		return "", fmt.Errorf("natsbus: internal token: %w", err)
 	}
 	return hex.EncodeToString(b), nil
-}
-
-// OperatorDial returns how a process other than the daemon, acting as an
-// operator (`switchboard chat`, `switchboard bus tail`), reaches the bus of
-// this configuration: the URL (bus.url, or the embedded listener
-// nats://bus.listen with a wildcard host replaced by loopback) and the
-// options that authenticate it with bus.admin when set. It fails when the
-// embedded server is in-process only, when bus.listen asks for a random
-// port (port 0, unknown to other processes), or when bridges are declared
-// without admin credentials.
-func (c Config) OperatorDial() (url string, opts []nats.Option, err error) {
-	if c.URL != "" {
-		return c.URL, nil, nil
-	}
-	if c.Listen == "" {
-		return "", nil, errors.New("natsbus: the daemon's bus is in-process only (bus.listen is empty); set bus.listen or bus.url")
-	}
-	host, port, err := net.SplitHostPort(c.Listen)
-	if err != nil {
-		return "", nil, fmt.Errorf("natsbus: bus.listen: must be host:port, got %q", c.Listen)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n == 0 {
-		return "", nil, fmt.Errorf("natsbus: bus.listen %q: the port is chosen at random when the daemon starts; set a fixed port", c.Listen)
-	}
-	switch host {
-	case "", "0.0.0.0":
-		host = "127.0.0.1"
-	case "::":
-		host = "::1"
-	}
-	url = "nats://" + net.JoinHostPort(host, port)
-	switch {
-	case c.Admin.Token != "":
-		opts = append(opts, nats.Token(c.Admin.Token))
-	case c.Admin.User != "":
-		opts = append(opts, nats.UserInfo(c.Admin.User, c.Admin.Password))
-	case len(c.Bridges) > 0:
-		return "", nil, errors.New("natsbus: bus.bridges is set, so the bus accepts no anonymous client: set bus.admin credentials")
-	}
-	return url, opts, nil
 }

@@ -427,18 +427,27 @@ func TestBridgeConsumerFilterReset(t *testing.T) {
 	}
 }
 
-// TestOpenWithoutBridgesAuthenticates: without any bridge declared the
-// embedded listener still refuses anonymous clients and accepts bus.admin.
-func TestOpenWithoutBridgesAuthenticates(t *testing.T) {
+// TestOpenWithoutBridgesRefusesAnonymous: the embedded listener is never
+// anonymous, even with no bridge declared; operators use bus.admin.
+func TestOpenWithoutBridgesRefusesAnonymous(t *testing.T) {
 	cfg := natsbus.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
-	cfg.Admin = natsbus.AdminConfig{Token: "ops-token"}
+	cfg.Admin.Token = "ops-token"
 	b := open(t, cfg, t.TempDir())
-	if _, err := dial(t, b.ClientURL()); !errors.Is(err, nats.ErrAuthorization) {
-		t.Fatalf("anonymous connect = %v, want an authorization violation", err)
+	for _, opt := range []nats.Option{nil, nats.Token("guess"), nats.UserInfo("admin", "")} {
+		var opts []nats.Option
+		if opt != nil {
+			opts = append(opts, opt)
+		}
+		if anon, err := dial(t, b.ClientURL(), opts...); !errors.Is(err, nats.ErrAuthorization) {
+			if anon != nil {
+				anon.nc.Close()
+			}
+			t.Fatalf("client without the operator credential: err = %v, want an authorization violation", err)
+		}
 	}
-	admin := mustDial(t, b.ClientURL(), nats.Token("ops-token"))
-	if _, err := admin.js.Stream(t.Context(), "CHAT_IN"); err != nil {
-		t.Fatalf("admin without bridges: %v", err)
+	ops := mustDial(t, b.ClientURL(), nats.Token("ops-token"))
+	if _, err := ops.js.Stream(t.Context(), "CHAT_IN"); err != nil {
+		t.Fatalf("operator without bridges: %v", err)
 	}
 }

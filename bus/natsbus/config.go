@@ -19,25 +19,28 @@ type Config struct {
 	// in-process with JetStream.
 	URL string `yaml:"url"`
 	// Listen is the embedded server's client listener ("host:port"); empty
-	// means in-process only. Ignored when URL is set.
+	// means in-process only. Ignored when URL is set. The listener accepts
+	// no anonymous client (see Admin); a host other than loopback
+	// (localhost, 127.0.0.0/8, ::1) requires Admin.
 	Listen string `yaml:"listen"`
 	// SubjectPrefix is the first subject token (default "chat").
 	SubjectPrefix string `yaml:"subject_prefix"`
 	// MaxTextBytes bounds an inbound envelope's text (default 65536).
 	MaxTextBytes int `yaml:"max_text_bytes"`
 	// Bridges declares the external bridges by name (YAML
-	// "bus.bridges.<name>"). With at least one bridge the embedded server
-	// accepts no anonymous client: each bridge authenticates with its own
-	// credentials and may touch only its channels' subjects, operators use
-	// Admin, and the daemon connects in-process with a credential generated
-	// at start. Each bridge's channels are rate limited on the way in
+	// "bus.bridges.<name>"): on the embedded server each bridge
+	// authenticates with its own credentials and may touch only its
+	// channels' subjects. Each bridge's channels are rate limited on the way in
 	// ([BridgeConfig.MaxMsgsPerSec]) and get a durable outbound consumer
-	// ([BridgeConsumerName]). Nil or empty keeps the listener open.
+	// ([BridgeConsumerName]).
 	Bridges map[string]BridgeConfig `yaml:"bridges"`
 	// Admin holds the operators' credentials for the embedded server (YAML
 	// "bus.admin"): full access, for the nats CLI, `switchboard chat` and
-	// `switchboard bus tail`. Required when Bridges is set and Listen is not
-	// empty.
+	// `switchboard bus tail`. The embedded server never accepts an anonymous
+	// client: the daemon connects in-process with a credential generated at
+	// start, and when Admin is not set and Listen is not empty the daemon
+	// generates the operators' token in data_dir ([OperatorTokenFile]).
+	// Required when Listen is not a loopback address.
 	Admin AdminConfig `yaml:"admin"`
 }
 
@@ -94,10 +97,12 @@ var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
 func (c Config) Validate() error {
 	var errs []error
 	if c.Listen != "" && c.URL == "" {
-		if _, port, err := net.SplitHostPort(c.Listen); err != nil {
+		if host, port, err := net.SplitHostPort(c.Listen); err != nil {
 			errs = append(errs, fmt.Errorf("bus.listen: must be host:port, got %q", c.Listen))
 		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 			errs = append(errs, fmt.Errorf("bus.listen: port must be a number from 0 to 65535 (0 picks a free port), got %q", port))
+		} else if !loopbackHost(host) && !c.Admin.Set() {
+			errs = append(errs, fmt.Errorf("bus.admin: token, or user and password, is required when bus.listen (%q) is not a loopback address: the operator credential the daemon generates in data_dir is for processes on this machine only; set bus.admin (e.g. token: ${SWITCHBOARD_BUS_ADMIN_TOKEN}) or listen on 127.0.0.1", c.Listen))
 		}
 	}
 	if !prefixRE.MatchString(c.SubjectPrefix) {
@@ -120,9 +125,6 @@ func (c Config) validateBridges() []error {
 		}
 	} else {
 		errs = append(errs, checkAdmin(c.Admin)...)
-		if len(c.Bridges) > 0 && c.Listen != "" && !c.Admin.Set() {
-			errs = append(errs, errors.New("bus.admin: token, or user and password, is required when bus.bridges is set and bus.listen is not empty (the listener then accepts no anonymous client)"))
-		}
 	}
 	owner := map[string]string{}      // channel -> bridge name
 	credential := map[string]string{} // "token:x", "user:x", "nkey:x" -> key that uses it

@@ -90,10 +90,28 @@ func TestConfigValidateBridges(t *testing.T) {
 		{"rate out of range", func(c *natsbus.Config) {
 			c.Bridges = bridges{"a": {Channels: []string{"a"}, Token: "t", MaxMsgsPerSec: -1}, "b": {Channels: []string{"b"}, Token: "u", MaxMsgsPerSec: 1e6}}
 		}, []string{"bus.bridges.a.max_msgs_per_sec: must be between 0", "bus.bridges.b.max_msgs_per_sec"}},
-		{"bridges on a listener without admin", func(c *natsbus.Config) {
+		{"bridges on a loopback listener without admin", func(c *natsbus.Config) {
 			c.Admin = natsbus.AdminConfig{}
 			c.Bridges = bridges{"a": {Channels: []string{"a"}, Token: "t"}}
-		}, []string{"bus.admin: token, or user and password, is required when bus.bridges is set"}},
+		}, nil},
+		{"all interfaces without admin", func(c *natsbus.Config) {
+			c.Listen, c.Admin = "0.0.0.0:4222", natsbus.AdminConfig{}
+		}, []string{`bus.admin: token, or user and password, is required when bus.listen ("0.0.0.0:4222") is not a loopback address`}},
+		{"a LAN address without admin", func(c *natsbus.Config) {
+			c.Listen, c.Admin = "192.168.1.10:4222", natsbus.AdminConfig{}
+		}, []string{`bus.listen ("192.168.1.10:4222") is not a loopback address`}},
+		{"ipv6 wildcard without admin", func(c *natsbus.Config) {
+			c.Listen, c.Admin = "[::]:4222", natsbus.AdminConfig{}
+		}, []string{`bus.listen ("[::]:4222") is not a loopback address`}},
+		{"empty host without admin", func(c *natsbus.Config) {
+			c.Listen, c.Admin = ":4222", natsbus.AdminConfig{}
+		}, []string{`bus.listen (":4222") is not a loopback address`}},
+		{"all interfaces with admin", func(c *natsbus.Config) { c.Listen = "0.0.0.0:4222" }, nil},
+		{"localhost without admin", func(c *natsbus.Config) { c.Listen, c.Admin = "localhost:4222", natsbus.AdminConfig{} }, nil},
+		{"ipv6 loopback without admin", func(c *natsbus.Config) { c.Listen, c.Admin = "[::1]:4222", natsbus.AdminConfig{} }, nil},
+		{"external needs no admin", func(c *natsbus.Config) {
+			c.URL, c.Listen, c.Admin = "nats://nats:4222", "0.0.0.0:4222", natsbus.AdminConfig{}
+		}, nil},
 		{"admin with both kinds", func(c *natsbus.Config) {
 			c.Admin = natsbus.AdminConfig{Token: "t", User: "u", Password: "p"}
 		}, []string{"bus.admin: set either token, or user and password"}},
@@ -168,53 +186,91 @@ func TestOperatorDial(t *testing.T) {
 	withBridges := func(c *natsbus.Config) {
 		c.Bridges = map[string]natsbus.BridgeConfig{"a": {Channels: []string{"a"}, Token: "t"}}
 	}
+	withFile := t.TempDir()
+	token, _, err := natsbus.OperatorToken(withFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
-		name     string
-		edit     func(*natsbus.Config)
-		wantURL  string
-		wantOpts int
-		wantErr  string
+		name    string
+		edit    func(*natsbus.Config)
+		dataDir string
+		want    natsbus.Operator
+		wantErr string
 	}{
-		{"default", func(*natsbus.Config) {}, "nats://127.0.0.1:4222", 0, ""},
-		{"all interfaces", func(c *natsbus.Config) { c.Listen = "0.0.0.0:5222" }, "nats://127.0.0.1:5222", 0, ""},
-		{"ipv6 any", func(c *natsbus.Config) { c.Listen = "[::]:5222" }, "nats://[::1]:5222", 0, ""},
-		{"external", func(c *natsbus.Config) { c.URL = "nats://u:p@nats:4222" }, "nats://u:p@nats:4222", 0, ""},
-		{"admin token", func(c *natsbus.Config) { withBridges(c); c.Admin.Token = "x" }, "nats://127.0.0.1:4222", 1, ""},
-		{"admin user", func(c *natsbus.Config) { withBridges(c); c.Admin.User, c.Admin.Password = "u", "p" }, "nats://127.0.0.1:4222", 1, ""},
-		{"bridges without admin", withBridges, "", 0, "set bus.admin credentials"},
-		{"in-process", func(c *natsbus.Config) { c.Listen = "" }, "", 0, "in-process only"},
-		{"random port", func(c *natsbus.Config) { c.Listen = "127.0.0.1:0" }, "", 0, "set a fixed port"},
+		{"default", func(*natsbus.Config) {}, withFile, natsbus.Operator{URL: "nats://127.0.0.1:4222", Token: token, Source: natsbus.OperatorTokenPath(withFile)}, ""},
+		{"all interfaces", func(c *natsbus.Config) { c.Listen = "0.0.0.0:5222"; c.Admin.Token = "x" }, "", natsbus.Operator{URL: "nats://127.0.0.1:5222", Token: "x", Source: "bus.admin"}, ""},
+		{"ipv6 any", func(c *natsbus.Config) { c.Listen = "[::]:5222"; c.Admin.Token = "x" }, "", natsbus.Operator{URL: "nats://[::1]:5222", Token: "x", Source: "bus.admin"}, ""},
+		{"external", func(c *natsbus.Config) { c.URL = "nats://u:p@nats:4222" }, "", natsbus.Operator{URL: "nats://u:p@nats:4222", Source: "bus.url"}, ""},
+		{"admin token", func(c *natsbus.Config) { withBridges(c); c.Admin.Token = "x" }, withFile, natsbus.Operator{URL: "nats://127.0.0.1:4222", Token: "x", Source: "bus.admin"}, ""},
+		{"admin user", func(c *natsbus.Config) { withBridges(c); c.Admin.User, c.Admin.Password = "u", "p" }, "", natsbus.Operator{URL: "nats://127.0.0.1:4222", User: "u", Password: "p", Source: "bus.admin"}, ""},
+		{"bridges, credential file", withBridges, withFile, natsbus.Operator{URL: "nats://127.0.0.1:4222", Token: token, Source: natsbus.OperatorTokenPath(withFile)}, ""},
+		{"no credential file yet", func(*natsbus.Config) {}, t.TempDir(), natsbus.Operator{}, "does not exist: the daemon creates it when it first starts"},
+		{"in-process", func(c *natsbus.Config) { c.Listen = "" }, withFile, natsbus.Operator{}, "in-process only"},
+		{"random port", func(c *natsbus.Config) { c.Listen = "127.0.0.1:0" }, withFile, natsbus.Operator{}, "set a fixed port"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := natsbus.DefaultConfig()
 			tt.edit(&c)
-			url, opts, err := c.OperatorDial()
+			op, err := c.Operator(tt.dataDir)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("OperatorDial() error = %v, want %q", err, tt.wantErr)
+					t.Fatalf("Operator() error = %v, want %q", err, tt.wantErr)
 				}
 				return
 			}
-			if err != nil || url != tt.wantURL || len(opts) != tt.wantOpts {
-				t.Fatalf("OperatorDial() = %q, %d options, %v; want %q, %d", url, len(opts), err, tt.wantURL, tt.wantOpts)
+			if err != nil || op != tt.want {
+				t.Fatalf("Operator() = %+v, %v; want %+v", op, err, tt.want)
+			}
+			url, opts, err := c.OperatorDial(tt.dataDir)
+			wantOpts := 1
+			if op.Token == "" && op.User == "" {
+				wantOpts = 0
+			}
+			if err != nil || url != op.URL || len(opts) != wantOpts {
+				t.Fatalf("OperatorDial() = %q, %d options, %v", url, len(opts), err)
 			}
 		})
 	}
 }
 
-// TestOperatorDialConnects checks the admin options against a live server.
+// TestOperatorDialConnects checks the operator options against a live
+// server: bus.admin, and the generated credential file of data_dir.
 func TestOperatorDialConnects(t *testing.T) {
 	cfg := isolatedConfig()
 	b := open(t, cfg, t.TempDir())
 	cfg.Listen = strings.TrimPrefix(b.ClientURL(), "nats://")
-	url, opts, err := cfg.OperatorDial()
+	url, opts, err := cfg.OperatorDial("")
 	if err != nil {
 		t.Fatal(err)
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatalf("operator connect: %v", err)
+	}
+	nc.Close()
+
+	// No bus.admin: the daemon passes the token of its credential file as
+	// the admin token (what serve does), and OperatorDial reads the file.
+	dataDir := t.TempDir()
+	token, _, err := natsbus.OperatorToken(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = natsbus.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	daemonCfg := cfg
+	daemonCfg.Admin.Token = token
+	b = open(t, daemonCfg, t.TempDir())
+	cfg.Listen = strings.TrimPrefix(b.ClientURL(), "nats://")
+	url, opts, err = cfg.OperatorDial(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err = nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatalf("operator connect with the credential file: %v", err)
 	}
 	nc.Close()
 }

@@ -61,6 +61,7 @@ func TestMaxPayload(t *testing.T) {
 func TestRedactURL(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{"nats://user:secret@host:4222", "nats://user:xxxxx@host:4222"},
+		{"nats://token-secret@host:4222", "nats://xxxxx@host:4222"},
 		{"nats://a:4222, nats://u:p@b:4222", "nats://a:4222,nats://u:xxxxx@b:4222"},
 		{"nats://host:4222", "nats://host:4222"},
 		{"", ""},
@@ -72,10 +73,23 @@ func TestRedactURL(t *testing.T) {
 	}
 }
 
+func TestLoopbackHost(t *testing.T) {
+	for host, want := range map[string]bool{
+		"localhost": true, "LocalHost": true, "127.0.0.1": true, "127.1.2.3": true, "::1": true, "::ffff:127.0.0.1": true,
+		"": false, "0.0.0.0": false, "::": false, "192.168.1.10": false, "10.0.0.1": false, "fe80::1%eth0": false,
+		"example.com": false, "localhost.example.com": false,
+	} {
+		if got := loopbackHost(host); got != want {
+			t.Errorf("loopbackHost(%q) = %v, want %v", host, got, want)
+		}
+	}
+}
+
 func TestConfigValidateListenPort(t *testing.T) {
 	for _, listen := range []string{"127.0.0.1:0", ":4222", "[::1]:65535", ""} {
 		c := DefaultConfig()
 		c.Listen = listen
+		c.Admin.Token = "ops" // required by ":4222"
 		if err := c.Validate(); err != nil {
 			t.Errorf("Listen %q: %v", listen, err)
 		}

@@ -27,9 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -118,7 +116,7 @@ func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info("nats reconnected", "conn", nc.Opts.Name, "url", nc.ConnectedUrlRedacted())
+			log.Info("nats reconnected", "conn", nc.Opts.Name, "url", redactURL(nc.ConnectedUrl()))
 		}),
 	}
 	// connect opens a connection named name; closed is closed when it is.
@@ -403,14 +401,6 @@ func drain(nc *nats.Conn, closed <-chan struct{}, log *slog.Logger) {
 	}
 }
 
-// redactURL hides passwords in a URL (or comma-separated URL list) for logs
-// and errors.
-func redactURL(u string) string {
-	parts := strings.Split(u, ",")
-	for i, p := range parts {
-		if pu, err := url.Parse(strings.TrimSpace(p)); err == nil {
-			parts[i] = pu.Redacted()
-		}
-	}
-	return strings.Join(parts, ",")
-}
+// redactURL hides the credentials of a URL (or comma-separated URL list)
+// for logs and errors ([bus.RedactURL]).
+func redactURL(u string) string { return bus.RedactURL(u) }

@@ -235,11 +235,29 @@ func TestFloodThroughDaemon(t *testing.T) {
 
 func TestCheckBusAuth(t *testing.T) {
 	listen := freeAddr(t)
-	code, out := runCheckFile(t, checkEnv{busListen: listen}.yaml(t))
+	dataDir := filepath.Join(t.TempDir(), "data")
+	code, out := runCheckFile(t, checkEnv{busListen: listen, dataDir: dataDir}.yaml(t))
 	if code != 0 {
 		t.Fatalf("exit code %d; output:\n%s", code, out)
 	}
-	wantLine(t, out, "bus auth", "WARN", "the embedded listener on "+listen+" accepts anonymous clients with full access")
+	tokenFile := filepath.Join(dataDir, natsbus.OperatorTokenFile)
+	wantLine(t, out, "bus auth", "OK", "the embedded listener on "+listen+" requires credentials (no anonymous client): no bridge is declared; operators use the token the daemon generates at its first start in "+tokenFile)
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := natsbus.OperatorToken(dataDir); err != nil {
+		t.Fatal(err)
+	}
+	_, out = runCheckFile(t, checkEnv{busListen: listen, dataDir: dataDir}.yaml(t))
+	wantLine(t, out, "bus auth", "OK", "operators use the token in "+tokenFile+" (`switchboard bus context` writes a nats CLI context for it)")
+	if err := os.Chmod(tokenFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out = runCheckFile(t, checkEnv{busListen: listen, dataDir: dataDir}.yaml(t))
+	if code != 1 {
+		t.Fatalf("exit code %d with a world-readable credential; output:\n%s", code, out)
+	}
+	wantLine(t, out, "bus auth", "FAIL", "has mode 0644: group and others must not read or write it (chmod 600 "+tokenFile)
 
 	dir := t.TempDir()
 	body := fmt.Sprintf(`data_dir: %q
@@ -256,7 +274,7 @@ bus:
     token: ops
 `, filepath.Join(dir, "data"), filepath.Join(dir, "ws"), listen)
 	_, out = runCheckFile(t, body)
-	wantLine(t, out, "bus auth", "OK", "requires credentials: 2 bridges, line (line, line2); wechat (wechat); operators use bus.admin")
+	wantLine(t, out, "bus auth", "OK", "requires credentials (no anonymous client): 2 bridges, line (line, line2); wechat (wechat); operators use bus.admin")
 
 	_, out = runCheckFile(t, checkEnv{}.yaml(t))
 	wantLine(t, out, "bus auth", "OK", "in-process only")

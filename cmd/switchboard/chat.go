@@ -27,6 +27,7 @@ func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	fs.SetOutput(stderr)
 	path := configFlag(fs)
 	chatID := fs.String("chat", "", "chat id (default: console-<your user name>)")
+	busURL := urlFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -34,13 +35,13 @@ func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err != nil {
 		return err
 	}
-	url, opts, err := cfg.Bus.OperatorDial()
+	url, opts, err := operatorDial(cfg, *busURL)
 	if err != nil {
 		return fmt.Errorf("chat: %w", err)
 	}
 	nc, err := nats.Connect(url, append(opts, nats.Name("switchboard-chat"), nats.Timeout(3*time.Second))...)
 	if err != nil {
-		return fmt.Errorf("chat: connect to the bus at %s (is `switchboard serve` running?): %w", redactURLs(url), err)
+		return fmt.Errorf("chat: connect to the bus at %s (is `switchboard serve` running?): %w", bus.RedactURL(url), err)
 	}
 	defer nc.Close()
 	user := os.Getenv("USER")
@@ -52,8 +53,26 @@ func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		id = "console-" + user
 	}
 	c := &chatClient{nc: nc, subj: bus.Subjects{Prefix: cfg.Bus.SubjectPrefix}, chatID: id, userID: user, out: stdout}
-	fmt.Fprintf(stdout, "Connected to %s as chat %q. Type a message, /help for commands, Ctrl-D to quit.\n", url, id)
+	fmt.Fprintf(stdout, "Connected to %s as chat %q. Type a message, /help for commands, Ctrl-D to quit.\n", bus.RedactURL(url), id)
 	return c.run(ctx, stdin)
+}
+
+// urlFlag registers --url on fs: the bus of `chat` and `bus tail` when it is
+// not the configuration's.
+func urlFlag(fs *flag.FlagSet) *string {
+	return fs.String("url", "", "NATS URL of the bus, credentials in it (nats://TOKEN@host:4222, nats://user:password@host:4222); default: the configuration's bus, as an operator")
+}
+
+// operatorDial returns how `chat` and `bus tail` connect: to busURL as given
+// (its credentials in it) when it is set, else as the operator of the
+// configuration's bus (natsbus.Config.OperatorDial: bus.url, or the embedded
+// listener with bus.admin or the daemon's generated credential in
+// data_dir).
+func operatorDial(cfg Config, busURL string) (string, []nats.Option, error) {
+	if busURL != "" {
+		return busURL, nil, nil
+	}
+	return cfg.Bus.OperatorDial(cfg.DataDir)
 }
 
 // chatClient is the terminal client: it publishes each input line as an

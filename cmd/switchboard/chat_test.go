@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"switchboard/agent/llm/llmtest"
+	"switchboard/bus/natsbus"
 )
 
 // TestChatVerb runs `switchboard chat` against an in-process daemon: input
@@ -26,7 +27,7 @@ func TestChatVerb(t *testing.T) {
 	startDaemon(t, cfg)
 
 	file := filepath.Join(t.TempDir(), "chat.yaml")
-	if err := os.WriteFile(file, []byte(fmt.Sprintf("bus:\n  listen: %q\n  admin: {token: %s}\nadmin:\n  listen: \"\"\n", cfg.Bus.Listen, testAdminToken)), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(fmt.Sprintf("data_dir: %q\nbus:\n  listen: %q\nadmin:\n  listen: \"\"\n", cfg.DataDir, cfg.Bus.Listen)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
@@ -63,7 +64,16 @@ func TestChatVerbErrors(t *testing.T) {
 		t.Fatalf("in-process bus: exit %d: %s", code, out.String())
 	}
 	out.Reset()
-	if err := os.WriteFile(file, []byte(fmt.Sprintf("bus:\n  listen: %q\n", freePort(t))), 0o600); err != nil {
+	dataDir := t.TempDir()
+	if err := os.WriteFile(file, []byte(fmt.Sprintf("data_dir: %q\nbus:\n  listen: %q\n", dataDir, freePort(t))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := run(t.Context(), []string{"chat", "--config", file}, strings.NewReader("hi\n"), &out, &out); code != 1 ||
+		!strings.Contains(out.String(), "bus-operator.token does not exist: the daemon creates it when it first starts") {
+		t.Fatalf("daemon never started: exit %d: %s", code, out.String())
+	}
+	out.Reset()
+	if _, _, err := natsbus.OperatorToken(dataDir); err != nil {
 		t.Fatal(err)
 	}
 	if code := run(t.Context(), []string{"chat", "--config", file}, strings.NewReader("hi\n"), &out, &out); code != 1 || !strings.Contains(out.String(), "is `switchboard serve` running?") {

@@ -27,6 +27,7 @@ import (
 
 	"switchboard/admin"
 	"switchboard/agent/llm"
+	"switchboard/bus"
 	"switchboard/bus/natsbus"
 	"switchboard/workspace"
 )
@@ -100,8 +101,8 @@ func runCheck(ctx context.Context, args []string, stdout io.Writer) int {
 	printResult(stdout, checkResult{"config", statusOK, *path + " is valid"})
 
 	checks := []func(context.Context) checkResult{
-		func(ctx context.Context) checkResult { return checkNATS(ctx, cfg.Bus) },
-		func(context.Context) checkResult { return checkBusAuth(cfg.Bus) },
+		func(ctx context.Context) checkResult { return checkNATS(ctx, cfg.Bus, cfg.DataDir) },
+		func(context.Context) checkResult { return checkBusAuth(cfg.Bus, cfg.DataDir) },
 		func(ctx context.Context) checkResult { return checkAdmin(ctx, cfg.Admin) },
 		func(ctx context.Context) checkResult { return checkLLM(ctx, cfg.LLM, *path) },
 		func(context.Context) checkResult { return checkDataDir(cfg.DataDir) },
@@ -152,8 +153,10 @@ func plural(n int, one, many string) string {
 }
 
 // checkNATS connects to an external server (and asks for JetStream), or
-// checks that the embedded server's listen address is free.
-func checkNATS(ctx context.Context, cfg natsbus.Config) checkResult {
+// checks that the embedded server's listen address is free. When it is
+// not, it tries to connect there as an operator, as `switchboard chat` does,
+// to tell a running daemon from another program.
+func checkNATS(ctx context.Context, cfg natsbus.Config, dataDir string) checkResult {
 	r := checkResult{name: "NATS"}
 	if cfg.URL == "" {
 		if cfg.Listen == "" {
@@ -162,24 +165,35 @@ func checkNATS(ctx context.Context, cfg natsbus.Config) checkResult {
 		}
 		if err := bindable(ctx, cfg.Listen); err != nil {
 			r.status, r.detail = statusFail, fmt.Sprintf("embedded server cannot listen on %s: %v (is the daemon already running? change bus.listen, or set it to \"\" for in-process only)", cfg.Listen, err)
+			if url, opts, derr := cfg.OperatorDial(dataDir); derr == nil {
+				if running := checkServer(ctx, url, opts); running.status == statusOK {
+					r.status, r.detail = statusWarn, fmt.Sprintf("embedded server: %s is in use by a running bus that accepts this configuration's operator credential: %s; is the daemon already running?", cfg.Listen, running.detail)
+				}
+			}
 			return r
 		}
 		r.status, r.detail = statusOK, fmt.Sprintf("embedded server: %s is free to bind", cfg.Listen)
 		return r
 	}
+	return checkServer(ctx, cfg.URL, nil)
+}
 
-	shown := redactURLs(cfg.URL)
-	nc, err := nats.Connect(cfg.URL,
+// checkServer connects to a NATS server at url (its credentials in it, or
+// in opts) and asks for JetStream.
+func checkServer(ctx context.Context, url string, opts []nats.Option) checkResult {
+	r := checkResult{name: "NATS"}
+	shown := bus.RedactURL(url)
+	nc, err := nats.Connect(url, append(opts,
 		nats.Name("switchboard check"),
 		nats.Timeout(checkNATSTimeout),
 		nats.NoReconnect(),
-	)
+	)...)
 	if err != nil {
 		r.status, r.detail = statusFail, fmt.Sprintf("cannot connect to %s: %v", shown, err)
 		return r
 	}
 	defer nc.Close()
-	server := nc.ConnectedUrlRedacted()
+	server := bus.RedactURL(nc.ConnectedUrl())
 	version := nc.ConnectedServerVersion()
 
 	js, err := jetstream.New(nc)
@@ -199,27 +213,44 @@ func checkNATS(ctx context.Context, cfg natsbus.Config) checkResult {
 	return r
 }
 
-// checkBusAuth says who may connect to the bus: it warns when the embedded
-// server listens on TCP without any bridge declared, since the listener then
-// accepts anonymous clients with full access to every channel.
-func checkBusAuth(cfg natsbus.Config) checkResult {
+// checkBusAuth says who may connect to the bus. The embedded listener never
+// accepts an anonymous client: it names the bridges and where operators'
+// credentials come from (bus.admin, or the file the daemon generates in
+// data_dir), and fails when that file exists but is unsafe, as the daemon
+// would refuse to start.
+func checkBusAuth(cfg natsbus.Config, dataDir string) checkResult {
 	r := checkResult{name: "bus auth"}
 	switch {
 	case cfg.URL != "":
 		r.status, r.detail = statusOK, "external NATS server: its own users and permissions apply (see docs/bus-protocol.md, section Authentication and isolation)"
+		return r
 	case cfg.Listen == "":
 		r.status, r.detail = statusOK, "in-process only: no client outside the daemon can connect"
-	case len(cfg.Bridges) == 0:
-		r.status, r.detail = statusWarn, fmt.Sprintf("the embedded listener on %s accepts anonymous clients with full access: any process that reaches it can read and inject every channel's messages. Keep it on loopback for local development, or declare bus.bridges and bus.admin to require credentials", cfg.Listen)
-	default:
+		return r
+	}
+	operators := "operators use bus.admin"
+	if !cfg.Admin.Set() {
+		path := natsbus.OperatorTokenPath(dataDir)
+		switch _, err := natsbus.ReadOperatorToken(dataDir); {
+		case errors.Is(err, fs.ErrNotExist):
+			operators = fmt.Sprintf("operators use the token the daemon generates at its first start in %s", path)
+		case err != nil:
+			r.status, r.detail = statusFail, err.Error()
+			return r
+		default:
+			operators = fmt.Sprintf("operators use the token in %s (`switchboard bus context` writes a nats CLI context for it)", path)
+		}
+	}
+	bridges := "no bridge is declared"
+	if len(cfg.Bridges) > 0 {
 		names := make([]string, 0, len(cfg.Bridges))
 		for name, b := range cfg.Bridges {
 			names = append(names, fmt.Sprintf("%s (%s)", name, strings.Join(b.Channels, ", ")))
 		}
 		slices.Sort(names)
-		r.status, r.detail = statusOK, fmt.Sprintf("the embedded listener on %s requires credentials: %d %s, %s; operators use bus.admin",
-			cfg.Listen, len(names), plural(len(names), "bridge", "bridges"), strings.Join(names, "; "))
+		bridges = fmt.Sprintf("%d %s, %s", len(names), plural(len(names), "bridge", "bridges"), strings.Join(names, "; "))
 	}
+	r.status, r.detail = statusOK, fmt.Sprintf("the embedded listener on %s requires credentials (no anonymous client): %s; %s", cfg.Listen, bridges, operators)
 	return r
 }
 
@@ -260,13 +291,13 @@ func checkLLM(ctx context.Context, cfg llm.Config, configPath string) checkResul
 		return r
 	}
 	endpoint := strings.TrimRight(cfg.BaseURL, "/") + "/models"
-	shown := redactURLs(endpoint)
+	shown := bus.RedactURL(endpoint)
 
 	ctx, cancel := context.WithTimeout(ctx, checkLLMTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
 	if err != nil {
-		r.status, r.detail = statusFail, fmt.Sprintf("bad llm.base_url %s: %v", redactURLs(cfg.BaseURL), err)
+		r.status, r.detail = statusFail, fmt.Sprintf("bad llm.base_url %s: %v", bus.RedactURL(cfg.BaseURL), err)
 		return r
 	}
 	if cfg.APIKey != "" {
@@ -350,26 +381,6 @@ func bodyHint(body []byte) string {
 		s = s[:cut] + "..."
 	}
 	return ": " + s
-}
-
-// redactURLs hides the user information (passwords, tokens) of each URL in
-// a comma-separated list.
-func redactURLs(s string) string {
-	parts := strings.Split(s, ",")
-	for i, p := range parts {
-		u, err := url.Parse(strings.TrimSpace(p))
-		if err != nil {
-			if strings.Contains(p, "@") {
-				parts[i] = "<unparsable URL>"
-			}
-			continue
-		}
-		if u.User != nil {
-			u.User = url.User("REDACTED")
-			parts[i] = u.String()
-		}
-	}
-	return strings.Join(parts, ",")
 }
 
 // checkDataDir checks that data_dir exists or can be created, is writable,

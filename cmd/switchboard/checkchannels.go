@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"switchboard/bus"
 	"switchboard/channels/slack"
 	"switchboard/channels/telegram"
 )
@@ -103,7 +104,7 @@ func getJSON(ctx context.Context, method, u, bearer string, v any) (int, error) 
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
-			return 0, fmt.Errorf("cannot reach %s: %v", redactURLs(hostOf(u)), ue.Err)
+			return 0, fmt.Errorf("cannot reach %s: %v", bus.RedactURL(hostOf(u)), ue.Err)
 		}
 		return 0, err
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"switchboard/agent/llm"
+	"switchboard/bus"
 )
 
 const checkCallTimeout = 30 * time.Second
@@ -44,7 +45,7 @@ func checkLLMCall(ctx context.Context, cfg llm.Config) checkResult {
 		r.status, r.detail = statusFail, fmt.Sprintf("model %s: streaming request failed: HTTP %d: %s", cfg.Model, ae.Status, ae.Message)
 		return r
 	default:
-		r.status, r.detail = statusFail, fmt.Sprintf("model %s: streaming request failed: %s", cfg.Model, redactURLs(err.Error()))
+		r.status, r.detail = statusFail, fmt.Sprintf("model %s: streaming request failed: %s", cfg.Model, bus.RedactURL(err.Error()))
 		return r
 	}
 	if len(resp.ToolCalls) == 0 {

@@ -128,7 +128,7 @@ func TestParseConfigTestdata(t *testing.T) {
 		}},
 		{file: "invalid_bridges.yaml", wantErrs: []string{
 			"bus.bridges.line.channel (line 11): unknown key (did you mean channels?)",
-			"bus.admin: token, or user and password, is required when bus.bridges is set",
+			`bus.admin: token, or user and password, is required when bus.listen ("0.0.0.0:4222") is not a loopback address`,
 			"bus.bridges.copycat.max_msgs_per_sec: must be between 0",
 			"bus.bridges.copycat: set exactly one credential",
 			"bus.bridges.line.channels: must list at least one channel",
@@ -416,11 +416,12 @@ func TestShippedConfigUsesEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := ParseConfig(data, envMap(map[string]string{
-		"OPENAI_BASE_URL":          "http://localhost:11434/v1",
-		"OPENAI_API_KEY":           "sk-123",
-		"OPENAI_MODEL":             "llama3.1",
-		"SWITCHBOARD_BUS_LISTEN":   "0.0.0.0:4222",
-		"SWITCHBOARD_ADMIN_LISTEN": "0.0.0.0:9090",
+		"OPENAI_BASE_URL":             "http://localhost:11434/v1",
+		"OPENAI_API_KEY":              "sk-123",
+		"OPENAI_MODEL":                "llama3.1",
+		"SWITCHBOARD_BUS_LISTEN":      "0.0.0.0:4222",
+		"SWITCHBOARD_BUS_ADMIN_TOKEN": "ops-token",
+		"SWITCHBOARD_ADMIN_LISTEN":    "0.0.0.0:9090",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -430,9 +431,46 @@ func TestShippedConfigUsesEnvironment(t *testing.T) {
 	want.LLM.APIKey = "sk-123"
 	want.LLM.Model = "llama3.1"
 	want.Bus.Listen = "0.0.0.0:4222"
+	want.Bus.Admin.Token = "ops-token"
 	want.Admin.Listen = "0.0.0.0:9090"
 	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
 		t.Fatalf("shipped config.yaml with env (-want +got):\n%s", diff)
+	}
+}
+
+// TestShippedConfigInContainerNeedsBusToken: the container image sets
+// SWITCHBOARD_BUS_LISTEN=0.0.0.0:4222; without SWITCHBOARD_BUS_ADMIN_TOKEN
+// the daemon refuses to start, naming the keys, instead of opening an
+// unauthenticated bus to the network.
+func TestShippedConfigInContainerNeedsBusToken(t *testing.T) {
+	data, err := os.ReadFile(shippedConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ParseConfig(data, envMap(map[string]string{
+		"SWITCHBOARD_BUS_LISTEN":   "0.0.0.0:4222",
+		"SWITCHBOARD_ADMIN_LISTEN": "0.0.0.0:9090",
+	}))
+	if err == nil || !strings.Contains(err.Error(), `bus.admin: token, or user and password, is required when bus.listen ("0.0.0.0:4222") is not a loopback address`) ||
+		!strings.Contains(err.Error(), "SWITCHBOARD_BUS_ADMIN_TOKEN") {
+		t.Fatalf("shipped config in a container without a bus token: %v", err)
+	}
+	// The same through `switchboard serve`: exit code 1 before anything starts.
+	dir := t.TempDir()
+	t.Setenv("SWITCHBOARD_BUS_LISTEN", "0.0.0.0:4222")
+	t.Setenv("SWITCHBOARD_ADMIN_LISTEN", "")
+	t.Setenv("SWITCHBOARD_BUS_ADMIN_TOKEN", "")
+	cfgFile := filepath.Join(dir, "config.yaml")
+	body := strings.Replace(string(data), "data_dir: ./data", "data_dir: "+filepath.Join(dir, "data"), 1)
+	if err := os.WriteFile(cfgFile, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if code := run(t.Context(), []string{"serve", "--config", cfgFile}, strings.NewReader(""), &out, &out); code != 1 || !strings.Contains(out.String(), "bus.admin: token, or user and password, is required") {
+		t.Fatalf("serve without a bus token in a container = exit %d:\n%s", code, out.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data")); !os.IsNotExist(err) {
+		t.Fatalf("serve created data_dir before refusing the configuration: %v", err)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"switchboard/agent/llm/llmtest"
 	"switchboard/bus"
 	"switchboard/bus/bustest"
+	"switchboard/bus/natsbus"
 )
 
 var buildOnce struct {
@@ -111,12 +112,17 @@ func (w *lockedWriter) String() string {
 	return w.b.String()
 }
 
-// connectWhenUp connects to the daemon's bus, retrying until it listens.
-func connectWhenUp(t testing.TB, p *process, url string) *nats.Conn {
+// connectWhenUp connects to the daemon's bus as its operator (with the
+// credential it generates in dataDir), retrying until it listens.
+func connectWhenUp(t testing.TB, p *process, url, dataDir string) *nats.Conn {
 	t.Helper()
 	deadline := time.Now().Add(wait)
 	for {
-		nc, err := nats.Connect(url, nats.Timeout(time.Second), nats.Token(testAdminToken))
+		var nc *nats.Conn
+		token, err := natsbus.ReadOperatorToken(dataDir)
+		if err == nil {
+			nc, err = nats.Connect(url, nats.Token(token), nats.Timeout(time.Second))
+		}
 		if err == nil {
 			js, _ := jetstream.New(nc)
 			if _, err = js.Stream(context.Background(), "CHAT_IN"); err == nil {
@@ -142,7 +148,6 @@ log:
   level: debug
 bus:
   listen: %q
-  admin: {token: `+testAdminToken+`}
 admin:
   listen: %q
 llm:
@@ -179,7 +184,7 @@ func TestCrashMidTurnAnswersExactlyOnce(t *testing.T) {
 	url := "nats://" + busAddr
 
 	p1 := startProcess(t, bin, config)
-	nc := connectWhenUp(t, p1, url)
+	nc := connectWhenUp(t, p1, url, filepath.Join(dir, "data"))
 	subj := bus.Subjects{Prefix: "chat"}
 	in := bus.Inbound{V: 1, ID: "crash-1", Channel: "console", ChatID: "c1", UserID: "u", Text: "answer me"}
 	bustest.PublishInbound(t, nc, subj, in)
@@ -191,7 +196,7 @@ func TestCrashMidTurnAnswersExactlyOnce(t *testing.T) {
 	<-p1.done
 
 	p2 := startProcess(t, bin, config)
-	nc = connectWhenUp(t, p2, url)
+	nc = connectWhenUp(t, p2, url, filepath.Join(dir, "data"))
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -291,7 +296,7 @@ func TestGracefulShutdownLosesNothing(t *testing.T) {
 	url := "nats://" + busAddr
 
 	p1 := startProcess(t, bin, config)
-	nc := connectWhenUp(t, p1, url)
+	nc := connectWhenUp(t, p1, url, filepath.Join(dir, "data"))
 	subj := bus.Subjects{Prefix: "chat"}
 	const n = 20
 	for i := range n {
@@ -315,7 +320,7 @@ func TestGracefulShutdownLosesNothing(t *testing.T) {
 
 	restarted.Store(true)
 	p2 := startProcess(t, bin, config)
-	nc = connectWhenUp(t, p2, url)
+	nc = connectWhenUp(t, p2, url, filepath.Join(dir, "data"))
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {

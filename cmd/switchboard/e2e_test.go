@@ -41,9 +41,6 @@ func testConfig(t testing.TB, llmURL string) Config {
 	cfg.Agent.Workspace = filepath.Join(dir, "workspace")
 	cfg.Agent.DeltaInterval = 20 * time.Millisecond
 	cfg.Bus.Listen = "127.0.0.1:0"
-	// The embedded bus authenticates every client: tests connect as the
-	// operator.
-	cfg.Bus.Admin = natsbus.AdminConfig{Token: testAdminToken}
 	cfg.Admin.Listen = "127.0.0.1:0"
 	cfg.LLM.BaseURL = llmURL
 	cfg.LLM.APIKey = "test-key"
@@ -74,7 +71,7 @@ func startDaemon(t testing.TB, cfg Config) *daemon {
 		cancel()
 		t.Fatal("daemon did not start")
 	}
-	nc, err := nats.Connect(d.s.Bus.ClientURL(), nats.Token(testAdminToken))
+	nc, err := nats.Connect(d.s.Bus.ClientURL(), operatorAuth(t, cfg))
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -99,6 +96,25 @@ func startDaemon(t testing.TB, cfg Config) *daemon {
 	}
 	t.Cleanup(d.stop)
 	return d
+}
+
+// operatorAuth returns the connect option that authenticates a test client
+// as the operator of a daemon started with cfg: bus.admin, or the token the
+// daemon generated in data_dir (the embedded listener accepts no anonymous
+// client).
+func operatorAuth(t testing.TB, cfg Config) nats.Option {
+	t.Helper()
+	switch a := cfg.Bus.Admin; {
+	case a.Token != "":
+		return nats.Token(a.Token)
+	case a.User != "":
+		return nats.UserInfo(a.User, a.Password)
+	}
+	token, err := natsbus.ReadOperatorToken(cfg.DataDir)
+	if err != nil {
+		t.Fatalf("operator credential of the test daemon: %v", err)
+	}
+	return nats.Token(token)
 }
 
 func (d *daemon) subjects() bus.Subjects { return d.s.Bus.Subjects() }
@@ -541,7 +557,7 @@ func TestE2ESecretsNeverLogged(t *testing.T) {
 	case err := <-done:
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(s.Bus.ClientURL(), nats.Token(testAdminToken))
+	nc, err := nats.Connect(s.Bus.ClientURL(), operatorAuth(t, cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -560,12 +576,18 @@ func TestE2ESecretsNeverLogged(t *testing.T) {
 	if model.Requests()[0].Header.Get("Authorization") != "Bearer "+key {
 		t.Fatal("the key was not even used")
 	}
-	if strings.Contains(logs.String(), key) {
-		t.Fatalf("the API key appears in the log:\n%s", logs.String())
+	token, err := natsbus.ReadOperatorToken(cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, m := range all.All() {
-		if strings.Contains(string(m.Data), key) {
-			t.Fatalf("the API key appears on the bus in %s", m.Subject)
+	for what, secret := range map[string]string{"the API key": key, "the bus operator token": token} {
+		if strings.Contains(logs.String(), secret) {
+			t.Fatalf("%s appears in the log:\n%s", what, logs.String())
+		}
+		for _, m := range all.All() {
+			if strings.Contains(string(m.Data), secret) {
+				t.Fatalf("%s appears on the bus in %s", what, m.Subject)
+			}
 		}
 	}
 }

@@ -1,14 +1,21 @@
 // Command switchboard is the Switchboard chatbot daemon and its tools.
 //
 //	switchboard [serve] [--config FILE]   run the daemon (default verb)
-//	switchboard chat [--config FILE] [--chat ID]
+//	switchboard chat [--config FILE] [--chat ID] [--url URL]
 //	                                      terminal client over the bus
 //	switchboard check [--config FILE]     validate the config, reach dependencies
-//	switchboard bus tail [--config FILE] [--channel NAME]
+//	switchboard bus tail [--config FILE] [--channel NAME] [--url URL]
 //	                                      print bus traffic live
+//	switchboard bus context [--config FILE] [--name NAME]
+//	                                      write a nats CLI context for the bus
 //	switchboard history list|export|reset|compact [--config FILE] [--session KEY] [--out FILE]
 //	                                      work on history.db while the daemon is stopped
 //	switchboard demo                      daemon + scripted model + chat, in one process
+//
+// The bus accepts no anonymous client: chat, bus tail, bus context and check
+// log in as the operator with bus.admin or with the token the daemon
+// generates in data_dir/bus-operator.token; --url takes the credentials in
+// the URL (nats://TOKEN@host:4222, nats://user:password@host:4222).
 package main
 
 import (
@@ -92,16 +99,24 @@ func usage(w io.Writer) {
 
 Usage:
   switchboard [serve] [--config FILE]              run the daemon (default: ./config.yaml)
-  switchboard chat [--config FILE] [--chat ID]     chat with a running daemon over the bus
+  switchboard chat [--config FILE] [--chat ID] [--url URL]
+                                                   chat with a running daemon over the bus
   switchboard check [--config FILE]                validate the config and reach its dependencies
-  switchboard bus tail [--config FILE] [--channel NAME]
+  switchboard bus tail [--config FILE] [--channel NAME] [--url URL]
                                                    print inbound, outbound, event and dead-letter traffic live
+  switchboard bus context [--config FILE] [--name NAME]
+                                                   write a nats CLI context that reaches the bus as an operator
   switchboard history list|export|reset|compact [--config FILE] [--session KEY] [--out FILE]
                                                    list, export (JSON Lines), reset or compact stored history (daemon stopped)
   switchboard demo                                 a self-contained demo with a scripted model
   switchboard healthcheck [--config FILE | --url URL]
                                                    exit 0 when GET /healthz answers 200 (for containers)
   switchboard version                              print the version
+
+chat, bus tail and bus context log in as the bus operator: with bus.admin, or
+with the token the daemon generates at its first start in
+data_dir/bus-operator.token. --url connects elsewhere, credentials in the URL
+(nats://TOKEN@host:4222, nats://user:password@host:4222).
 `)
 }
 

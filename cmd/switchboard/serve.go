@@ -16,6 +16,7 @@ import (
 	"switchboard/admin"
 	"switchboard/agent"
 	"switchboard/agent/llm"
+	"switchboard/bus"
 	"switchboard/bus/natsbus"
 	"switchboard/channels"
 	"switchboard/memory"
@@ -90,7 +91,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	store := measuredStore{Store: bolt, m: mx}
 	adm.SetReady(compStore, nil)
 
-	b, err := natsbus.Open(ctx, cfg.Bus, filepath.Join(cfg.DataDir, "jetstream"), log)
+	busCfg, err := withOperatorCredential(cfg, log)
+	if err != nil {
+		return err
+	}
+	b, err := natsbus.Open(ctx, busCfg, filepath.Join(cfg.DataDir, "jetstream"), log)
 	if err != nil {
 		return err
 	}
@@ -225,6 +230,25 @@ func summarizer(cfg llm.Config, model agent.Model) agent.Summarizer {
 	return agent.ModelSummarizer{Model: model}
 }
 
+// withOperatorCredential returns the bus configuration to open: when the
+// embedded server listens on TCP and bus.admin is not configured, the
+// operators' token is the one of data_dir/bus-operator.token, created at the
+// first start (natsbus.OperatorToken), so that no client ever connects
+// anonymously and `switchboard chat`, `bus tail` and `bus context` find it.
+func withOperatorCredential(cfg Config, log *slog.Logger) (natsbus.Config, error) {
+	bc := cfg.Bus
+	if bc.URL != "" || bc.Listen == "" || bc.Admin.Set() {
+		return bc, nil
+	}
+	token, created, err := natsbus.OperatorToken(cfg.DataDir)
+	if err != nil {
+		return bc, err
+	}
+	bc.Admin.Token = token
+	log.Info("bus operator credential", "path", natsbus.OperatorTokenPath(cfg.DataDir), "created", created)
+	return bc, nil
+}
+
 // registerGauges adds the gauges read at scrape time.
 func registerGauges(mx *metrics.Metrics, mgr *agent.Manager, b *natsbus.Bus) {
 	mx.Gauge("switchboard_active_sessions", "Session goroutines alive.", func() float64 { return float64(mgr.ActiveSessions()) })
@@ -298,7 +322,7 @@ func busDescription(b *natsbus.Bus) string {
 		if b.Embedded() {
 			return "embedded, listening on " + u
 		}
-		return redactURLs(u)
+		return bus.RedactURL(u)
 	}
 	return "embedded, in-process only"
 }

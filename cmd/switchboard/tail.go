@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -23,27 +24,37 @@ const (
 	tailDialTimeout = 3 * time.Second
 )
 
+// busUsage is the help of `switchboard bus`.
+const busUsage = `Usage: switchboard bus tail|context [--config FILE] ...
+  tail [--channel NAME] [--url URL]
+           print inbound, outbound, event and dead-letter traffic live, one line per message
+  context [--name NAME]
+           write a nats CLI context (default name "switchboard") that reaches the bus as an operator
+`
+
 // runBus dispatches `switchboard bus <subcommand>`.
 func runBus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprintln(stdout, "Usage: switchboard bus tail [--config FILE] [--channel NAME]")
-		fmt.Fprintln(stdout, "  tail   print inbound, outbound, event and dead-letter traffic live, one line per message")
+		fmt.Fprint(stdout, busUsage)
 		if len(args) == 0 {
-			return fmt.Errorf("%w: bus: want a subcommand: tail", errUsage)
+			return fmt.Errorf("%w: bus: want a subcommand: tail or context", errUsage)
 		}
 		return nil
 	}
 	switch args[0] {
 	case "tail":
 		return runTail(ctx, args[1:], stdout, stderr)
+	case "context":
+		return runBusContext(args[1:], os.LookupEnv, stdout, stderr)
 	default:
-		return fmt.Errorf("%w: bus: unknown subcommand %q (want tail)", errUsage, args[0])
+		return fmt.Errorf("%w: bus: unknown subcommand %q (want tail or context)", errUsage, args[0])
 	}
 }
 
 // runTail implements `switchboard bus tail [--config FILE] [--channel
-// NAME]`: it connects to the bus as `switchboard chat` does (with bus.admin
-// credentials when bridges are declared), subscribes to the inbound,
+// NAME] [--url URL]`: it connects to the bus as `switchboard chat` does (as
+// an operator: bus.admin, or the daemon's credential file in data_dir; or
+// to --url), subscribes to the inbound,
 // outbound, event and dead-letter subjects of every channel or of one, and
 // prints each message as one line until ctx ends.
 func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -51,6 +62,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.SetOutput(stderr)
 	path := configFlag(fs)
 	channel := fs.String("channel", "", "show only this channel (default: all)")
+	busURL := urlFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -61,7 +73,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	url, opts, err := cfg.Bus.OperatorDial()
+	url, opts, err := operatorDial(cfg, *busURL)
 	if err != nil {
 		return fmt.Errorf("bus tail: %w", err)
 	}
@@ -74,11 +86,11 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}))
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return fmt.Errorf("bus tail: connect to the bus at %s (is `switchboard serve` running?): %w", redactURLs(url), err)
+		return fmt.Errorf("bus tail: connect to the bus at %s (is `switchboard serve` running?): %w", bus.RedactURL(url), err)
 	}
 	defer nc.Close()
 	p := tailPrinter{subj: bus.Subjects{Prefix: cfg.Bus.SubjectPrefix}, maxText: cfg.Bus.MaxTextBytes}
-	return tail(ctx, nc, p, *channel, redactURLs(url), stdout)
+	return tail(ctx, nc, p, *channel, bus.RedactURL(url), stdout)
 }
 
 // tail subscribes on nc and prints until ctx ends; it returns nil then.

@@ -106,10 +106,11 @@ func (r *tailRun) stop(t *testing.T) error {
 }
 
 // writeBusConfig writes a config file whose bus section reaches a running
-// daemon at clientURL, with extra YAML lines under bus.
-func writeBusConfig(t *testing.T, clientURL string, extra ...string) string {
+// daemon at clientURL, whose data_dir is dataDir (where the daemon keeps the
+// operator credential), with extra YAML lines under bus.
+func writeBusConfig(t *testing.T, dataDir, clientURL string, extra ...string) string {
 	t.Helper()
-	body := fmt.Sprintf("bus:\n  listen: %q\n", strings.TrimPrefix(clientURL, "nats://"))
+	body := fmt.Sprintf("data_dir: %q\nbus:\n  listen: %q\n", dataDir, strings.TrimPrefix(clientURL, "nats://"))
 	for _, e := range extra {
 		body += "  " + e + "\n"
 	}
@@ -124,7 +125,7 @@ func TestBusTailShowsTraffic(t *testing.T) {
 	model := llmtest.NewServer(t)
 	model.Enqueue(llmtest.TextReply("Hello, Ann!\nHow can I help?"))
 	d := startDaemon(t, testConfig(t, model.URL()))
-	tr := startTail(t, "--config", writeBusConfig(t, d.s.Bus.ClientURL(), "admin: {token: "+testAdminToken+"}"))
+	tr := startTail(t, "--config", writeBusConfig(t, d.cfg.DataDir, d.s.Bus.ClientURL()))
 	if !strings.Contains(tr.out.String(), "Tailing all channels on nats://127.0.0.1:") {
 		t.Fatalf("banner: %s", tr.out.String())
 	}
@@ -152,15 +153,15 @@ func TestBusTailOneChannelWithAdminCredentials(t *testing.T) {
 	d := startAuthDaemon(t, bridgeConfig(t, model.URL()))
 	url := d.bus.ClientURL()
 
-	// Without credentials the tail cannot connect to a bus with bridges.
-	noAdmin := writeBusConfig(t, url)
+	// With a wrong operator token the tail cannot connect.
+	wrong := writeBusConfig(t, t.TempDir(), url, "admin: {token: not-the-admin-token}")
 	var stderr bytes.Buffer
-	err := runBus(t.Context(), []string{"tail", "--config", noAdmin}, &bytes.Buffer{}, &stderr)
-	if err == nil || !strings.Contains(err.Error(), "Authorization Violation") {
-		t.Fatalf("tail without admin credentials = %v, want an authorization error", err)
+	err := runBus(t.Context(), []string{"tail", "--config", wrong}, &bytes.Buffer{}, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "Authorization Violation") || strings.Contains(err.Error(), "not-the-admin-token") {
+		t.Fatalf("tail with a wrong admin token = %v, want an authorization error", err)
 	}
 
-	tr := startTail(t, "--channel", "wechat", "--config", writeBusConfig(t, url, "admin: {token: "+testAdminToken+"}"))
+	tr := startTail(t, "--channel", "wechat", "--config", writeBusConfig(t, d.cfg.DataDir, url, "admin: {token: "+testAdminToken+"}"))
 	if !strings.Contains(tr.out.String(), "Tailing channel wechat") {
 		t.Fatalf("banner: %s", tr.out.String())
 	}

@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"switchboard/agent/llm/llmtest"
 	"switchboard/bus"
@@ -72,12 +75,19 @@ func shBlocks(text string) []string {
 type natsCLI struct {
 	t   *testing.T
 	env []string
+	dir string // working directory of the commands; "" is the test's
 }
 
+// newNatsCLI runs the commands with a fresh home folder (so no nats context
+// of the person running the test applies) and, when url is not empty, with
+// NATS_URL set to it.
 func newNatsCLI(t *testing.T, url string, extraEnv ...string) *natsCLI {
 	t.Helper()
-	home := t.TempDir() // no nats contexts of the person running the test
-	env := append(os.Environ(), "NATS_URL="+url, "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
+	home := t.TempDir()
+	env := append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
+	if url != "" {
+		env = append(env, "NATS_URL="+url)
+	}
 	return &natsCLI{t: t, env: append(env, extraEnv...)}
 }
 
@@ -87,7 +97,7 @@ func (c *natsCLI) run(block string) (string, error) {
 	ctx, cancel := context.WithTimeout(c.t.Context(), wait)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "sh", "-c", block)
-	cmd.Env = c.env
+	cmd.Env, cmd.Dir = c.env, c.dir
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -108,7 +118,7 @@ func (c *natsCLI) start(block string) *watchedBuffer {
 	ctx, cancel := context.WithCancel(c.t.Context())
 	out := newWatchedBuffer()
 	cmd := exec.CommandContext(ctx, "sh", "-c", "exec "+block)
-	cmd.Env, cmd.Stdout, cmd.Stderr = c.env, out, out
+	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = c.env, c.dir, out, out
 	if err := cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}
@@ -158,9 +168,12 @@ func requireNatsCLI(t *testing.T) {
 	}
 }
 
-// TestDocWalkthroughOpenListener runs the commands of docs/bus-protocol.md
-// §15.1 and §8 against an in-process daemon without bridges.
-func TestDocWalkthroughOpenListener(t *testing.T) {
+// TestDocWalkthroughOperator runs the commands of docs/bus-protocol.md
+// §15.1 and §8 against an in-process daemon without bridges: the real
+// `switchboard bus context` turns the daemon's generated operator
+// credential into a nats CLI context, and the real nats CLI uses it (it
+// gets no URL or credential from anywhere else).
+func TestDocWalkthroughOperator(t *testing.T) {
 	requireNatsCLI(t)
 	data, err := os.ReadFile(protocolDoc)
 	if err != nil {
@@ -168,7 +181,7 @@ func TestDocWalkthroughOpenListener(t *testing.T) {
 	}
 	doc := string(data)
 	blocks := shBlocks(docSection(t, doc, "### 15.1"))
-	wantPrefixes := []string{"nats sub 'chat.out.console.>'", "nats pub chat.in.console.demo -H 'Nats-Msg-Id:console:m1'",
+	wantPrefixes := []string{"switchboard bus context\nnats context select switchboard", "nats sub 'chat.out.console.>'", "nats pub chat.in.console.demo -H 'Nats-Msg-Id:console:m1'",
 		"nats pub chat.in.console.demo -H 'Nats-Msg-Id:console:m2'", "nats sub 'chat.dlq.>'", `nats pub chat.in.console.demo '{"v":2`}
 	if len(blocks) != len(wantPrefixes) {
 		t.Fatalf("§15.1 has %d sh blocks, the test knows %d:\n%q", len(blocks), len(wantPrefixes), blocks)
@@ -180,8 +193,29 @@ func TestDocWalkthroughOpenListener(t *testing.T) {
 	}
 
 	model := llmtest.NewServer(t, llmtest.WithResponder(llmtest.EchoResponder))
-	d := startDaemon(t, testConfig(t, model.URL()))
-	cli := newNatsCLI(t, d.s.Bus.ClientURL())
+	cfg := testConfig(t, model.URL())
+	cfg.Bus.Listen = freePort(t) // a fixed port, as in the default configuration
+	d := startDaemon(t, cfg)
+	if anon, err := nats.Connect(d.s.Bus.ClientURL()); err == nil {
+		anon.Close()
+		t.Fatal("the daemon's listener accepts anonymous clients")
+	}
+	// The documented commands run from the folder of config.yaml, with the
+	// switchboard binary on PATH.
+	cli := newNatsCLI(t, "", "PATH="+filepath.Dir(buildBinary(t))+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cli.dir = t.TempDir()
+	body := fmt.Sprintf("data_dir: %q\nbus:\n  listen: %q\n", cfg.DataDir, cfg.Bus.Listen)
+	if err := os.WriteFile(filepath.Join(cli.dir, "config.yaml"), []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := cli.mustRun(blocks[0]); !strings.Contains(out, `Wrote the nats CLI context "switchboard"`) {
+		t.Fatalf("bus context output:\n%s", out)
+	}
+	// Without the context the CLI is refused: the walkthrough depends on it.
+	if out, err := cli.run("nats --no-context -s " + d.s.Bus.ClientURL() + " pub chat.in.console.x '{}'"); err == nil || !strings.Contains(out, "Authorization Violation") {
+		t.Fatalf("the nats CLI published without credentials:\n%s", out)
+	}
+	blocks = blocks[1:]
 
 	outs := cli.start(blocks[0])
 	cli.mustRun(blocks[1])

@@ -1,12 +1,13 @@
 // End-to-end test of the Wechaty bridge: a mock WeChat network
 // (wechaty-puppet-mock), the bridge, and a real Switchboard daemon.
 //
-// With NATS_URL set (and NATS_TOKEN, or NATS_USER and NATS_PASSWORD, when
-// the daemon declares bridges) the test uses that running daemon. Otherwise
+// With NATS_URL set (its credentials in it, or in NATS_TOKEN, or in
+// NATS_USER and NATS_PASSWORD) the test uses that running daemon. Otherwise
 // it builds cmd/switchboard and cmd/fakellm from this repository, starts the
-// scripted model in echo mode and a daemon with the bridge "wechat"
-// declared, and stops both at the end. EXPECT_REPLY, when set, must appear
-// in the reply.
+// scripted model in echo mode and a daemon with the bridges "wechat" (a
+// token) and "line" (a user and a password) declared, connects through
+// NATS_URL=nats://TOKEN@127.0.0.1:<port>, and stops both at the end.
+// EXPECT_REPLY, when set, must appear in the reply.
 
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
@@ -25,7 +26,7 @@ import { PuppetMock, mock } from 'wechaty-puppet-mock'
 import { FileBox } from 'file-box'
 
 import { Bridge, encodeToken, toInbound } from '../src/bridge.js'
-import { natsOptions } from '../src/main.js'
+import { natsOptions, parseNatsURL, redactNatsURL } from '../src/main.js'
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), '../../..')
 const WAIT = 60_000
@@ -87,7 +88,7 @@ async function stopChild (child) {
 }
 
 // The daemon the test talks to: an outside one (NATS_URL) or its own.
-const daemon = { env: {}, children: [], dir: null }
+const daemon = { env: {}, children: [], dir: null, own: null }
 
 before(async () => {
   if (process.env.NATS_URL) {
@@ -104,6 +105,7 @@ before(async () => {
 
   const port = await freePort()
   const token = randomBytes(16).toString('hex')
+  const linePassword = 'p@ss:' + randomBytes(8).toString('hex') // percent-encoded in the URL
   const config = join(daemon.dir, 'config.yaml')
   await writeFile(config, `data_dir: ${join(daemon.dir, 'data')}
 bus:
@@ -112,6 +114,10 @@ bus:
     wechat:
       channels: [wechat]
       token: ${token}
+    line:
+      channels: [line]
+      user: line
+      password: "${linePassword}"
   admin:
     token: ${randomBytes(16).toString('hex')}
 llm:
@@ -126,7 +132,8 @@ admin:
   const sb = spawn(join(bin, 'switchboard'), ['serve', '--config', config])
   daemon.children.push(sb)
   await waitOutput(sb, /switchboard is running/, 'the daemon to start')
-  daemon.env = { NATS_URL: `nats://127.0.0.1:${port}`, NATS_TOKEN: token }
+  daemon.env = { NATS_URL: `nats://${token}@127.0.0.1:${port}` }
+  daemon.own = { port, token, linePassword }
 })
 
 after(async () => {
@@ -250,4 +257,50 @@ test('chat ids are encoded as in the protocol', () => {
   assert.equal(encodeToken('a.b'), 'a%2Eb')
   assert.equal(encodeToken('张三'), '%E5%BC%A0%E4%B8%89')
   assert.equal(encodeToken('-100123'), '-100123')
+})
+
+test('NATS_URL carries the credentials as nats.go reads them', () => {
+  assert.deepEqual(parseNatsURL('nats://s3cret@127.0.0.1:4222'), { servers: ['nats://127.0.0.1:4222'], token: 's3cret' })
+  assert.deepEqual(parseNatsURL('nats://line:p%40ss%3Ax@[::1]:4222, nats://line:p%40ss%3Ax@h2:4222'),
+    { servers: ['nats://[::1]:4222', 'nats://h2:4222'], user: 'line', pass: 'p@ss:x' })
+  assert.deepEqual(parseNatsURL('nats://a:4222,b:4222'), { servers: ['nats://a:4222', 'b:4222'] })
+  assert.throws(() => parseNatsURL('nats://t1@a:4222,nats://t2@b:4222'), /different credentials/)
+  assert.throws(() => parseNatsURL('tok@a:4222'), /nats:\/\/TOKEN@host:port/)
+
+  const withURL = natsOptions({ NATS_URL: 'nats://s3cret@127.0.0.1:4222' }, 'wechat')
+  assert.equal(withURL.token, 's3cret')
+  assert.deepEqual(withURL.servers, ['nats://127.0.0.1:4222']) // nats.js gets no credentials in the address
+  assert.equal(withURL.inboxPrefix, '_INBOX_wechat')
+  const withEnv = natsOptions({ NATS_URL: 'nats://127.0.0.1:4222', NATS_TOKEN: 's3cret' }, 'wechat')
+  assert.equal(withEnv.token, 's3cret')
+  const withUser = natsOptions({ NATS_URL: 'nats://line:pw@h:1' }, 'line')
+  assert.deepEqual([withUser.user, withUser.pass, withUser.token], ['line', 'pw', undefined])
+  assert.throws(() => natsOptions({ NATS_URL: 'nats://t@h:1', NATS_TOKEN: 't' }, 'w'), /set one kind of credentials/)
+  assert.throws(() => natsOptions({ NATS_PASSWORD: 'p' }, 'w'), /NATS_USER: required/)
+  assert.equal(redactNatsURL('nats://s3cret@h:1,nats://u:pw@h:2,nats://h:3'), 'nats://xxxxx@h:1,nats://u:xxxxx@h:2,nats://h:3')
+})
+
+test('the daemon\'s bus accepts the bridges\' own credentials only', async (t) => {
+  if (!daemon.own) return t.skip('needs the test\'s own daemon (NATS_URL is set)')
+  const { port, token, linePassword } = daemon.own
+  const addr = `127.0.0.1:${port}`
+  const publishAs = async (env, bridge, channel) => {
+    const nc = await connect({ ...natsOptions(env, bridge), maxReconnectAttempts: 0 })
+    try {
+      const id = randomBytes(4).toString('hex')
+      const msg = { v: 1, id, channel, chat_id: 'c', user_id: 'u', text: 'hi' }
+      const ack = await nc.jetstream().publish(`chat.in.${channel}.c`, JSON.stringify(msg), { msgID: `${channel}:${id}` })
+      assert.equal(ack.stream, 'CHAT_IN')
+    } finally {
+      await nc.close()
+    }
+  }
+  await publishAs({ NATS_URL: `nats://${token}@${addr}` }, 'wechat', 'wechat')
+  await publishAs({ NATS_URL: `nats://${addr}`, NATS_TOKEN: token }, 'wechat', 'wechat')
+  await publishAs({ NATS_URL: `nats://line:${encodeURIComponent(linePassword)}@${addr}` }, 'line', 'line')
+  await publishAs({ NATS_URL: `nats://${addr}`, NATS_USER: 'line', NATS_PASSWORD: linePassword }, 'line', 'line')
+  for (const env of [{ NATS_URL: `nats://${addr}` }, { NATS_URL: `nats://wrong-token@${addr}` }, { NATS_URL: `nats://line:wrong@${addr}` }]) {
+    await assert.rejects(connect({ ...natsOptions(env, 'wechat'), maxReconnectAttempts: 0 }),
+      (err) => err.code === 'AUTHORIZATION_VIOLATION', `${redactNatsURL(env.NATS_URL)} was not refused`)
+  }
 })
