@@ -8,11 +8,22 @@
 // tools.bash.pass_env, nothing that looks like a credential), run in their
 // own process group, and the whole group is killed on timeout,
 // cancellation or when the command ends (so stray background processes do
-// not outlive it). With tools.bash.sandbox: bwrap they run under
-// bubblewrap: a read-only system (/usr, /bin, /lib, /etc...), a private
-// /tmp, the workspace as the only writable and the only visible folder of
-// the host's data, and $HOME set to the workspace. Output keeps its last
-// 50 KB.
+// not outlive it). Output keeps its last 50 KB.
+//
+// With tools.bash.sandbox: bwrap, the default, commands run under
+// bubblewrap, and [New] fails when bwrap is missing or cannot create a
+// sandbox: their own PID namespace (the daemon's process and its
+// environment are not in /proc) and no capabilities even as root; a
+// read-only /usr, /bin, /lib*, and of /etc only what programs need; a
+// private /tmp; the workspace at its real path as the only folder of the
+// host's data, with $HOME set to it; the folders of [Options.Hidden]
+// (data_dir) never visible; and the folders [Options.Private] names for
+// the session covered by empty read-only folders, with the session's own
+// folders bound back read-write. Folders above a covered one are mount
+// points, so a command cannot rename them to move a covered folder out
+// from under its cover. The scrubbed environment is bwrap's own too, so
+// the sandbox's PID 1 holds nothing else. sandbox: none runs commands
+// unconfined and logs a warning.
 //
 // Background jobs (background: true) run up to tools.bash.job_timeout; the
 // model polls them by id (new output since the last poll) or kills them.
