@@ -49,9 +49,12 @@ type BashConfig struct {
 	// MaxJobs bounds the background jobs kept at once (running, or
 	// finished with output not yet read).
 	MaxJobs int `yaml:"max_jobs"`
-	// Sandbox is "" (none) or "bwrap": run commands under bubblewrap with
-	// a read-only system, the workspace as the only writable folder and
-	// nothing else of the host's files visible.
+	// Sandbox is "bwrap" (the default): run commands under bubblewrap in
+	// their own PID namespace without capabilities, with a read-only
+	// system, the workspace as the only folder of the host's data, minus
+	// other users' and chats' private folders and data_dir; the tool
+	// refuses to start without bwrap. "none" runs commands unconfined (a
+	// warning in the log and in `switchboard check`).
 	Sandbox string `yaml:"sandbox"`
 	// PassEnv names environment variables passed to commands besides the
 	// safe set (PATH, HOME, LANG, LC_*, TZ, TERM, USER, LOGNAME, SHELL,
@@ -111,6 +114,7 @@ func DefaultConfig() Config {
 			MaxTimeout: 600 * time.Second,
 			JobTimeout: time.Hour,
 			MaxJobs:    4,
+			Sandbox:    "bwrap",
 		},
 		WebFetch: WebFetchConfig{
 			Timeout:      30 * time.Second,
@@ -161,9 +165,11 @@ func (c Config) Validate() error {
 		bad("bash.max_jobs", "must be between 0 and 64, got %d", b.MaxJobs)
 	}
 	switch b.Sandbox {
-	case "", "bwrap":
+	case "bwrap", "none":
+	case "":
+		bad("bash.sandbox", `must be "bwrap" (the default) or "none" (unconfined); "" no longer means none`)
 	default:
-		bad("bash.sandbox", `must be "" (none) or "bwrap", got %q`, b.Sandbox)
+		bad("bash.sandbox", `must be "bwrap" or "none", got %q`, b.Sandbox)
 	}
 	for i, u := range b.AllowUsers {
 		if err := checkUserRef(u); err != nil {

@@ -29,6 +29,8 @@ import (
 	"switchboard/agent/llm"
 	"switchboard/bus"
 	"switchboard/bus/natsbus"
+	"switchboard/tools"
+	"switchboard/tools/bash"
 	"switchboard/workspace"
 )
 
@@ -109,6 +111,9 @@ func runCheck(ctx context.Context, args []string, stdout io.Writer) int {
 		func(context.Context) checkResult { return checkWorkspace(cfg.Agent.Workspace) },
 		func(ctx context.Context) checkResult { return checkTelegram(ctx, cfg.Channels.Telegram) },
 		func(ctx context.Context) checkResult { return checkSlack(ctx, cfg.Channels.Slack) },
+	}
+	if cfg.Tools.Bash.Enabled {
+		checks = append(checks, func(context.Context) checkResult { return checkBash(cfg.Tools.Bash, nil) })
 	}
 	results := make([]checkResult, len(checks))
 	var wg sync.WaitGroup
@@ -415,6 +420,22 @@ func checkDataDir(dir string) checkResult {
 		return r
 	}
 	r.status, r.detail = statusOK, fmt.Sprintf("%s is writable; %s is not in use", dir, historyFile)
+	return r
+}
+
+// checkBash reports the bash tool's sandbox: a failure when the daemon
+// would refuse to start (bwrap missing), a warning with sandbox none.
+func checkBash(cfg tools.BashConfig, lookPath func(string) (string, error)) checkResult {
+	r := checkResult{name: "bash"}
+	warning, err := bash.CheckSandbox(cfg, lookPath)
+	switch {
+	case err != nil:
+		r.status, r.detail = statusFail, err.Error()
+	case warning != "":
+		r.status, r.detail = statusWarn, warning
+	default:
+		r.status, r.detail = statusOK, "commands run in the bubblewrap sandbox"
+	}
 	return r
 }
 

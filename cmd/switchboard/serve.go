@@ -22,6 +22,7 @@ import (
 	"switchboard/memory"
 	"switchboard/memory/boltstore"
 	"switchboard/metrics"
+	"switchboard/tools"
 	"switchboard/workspace"
 )
 
@@ -59,6 +60,9 @@ type started struct {
 // closes everything it opened before returning.
 func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(started)) (err error) {
 	t0 := time.Now()
+	if err := tools.ProtectProcess(); err != nil {
+		log.Warn("could not make the daemon non-dumpable: processes it starts (bash commands, MCP servers) could read its environment and memory", "err", err)
+	}
 	adm := admin.New(cfg.Admin, log)
 	adm.Expect(compBus, compStore, compWorkspace, compAgent)
 	mx := metrics.New()

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"time"
 
@@ -14,6 +15,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"switchboard/bus"
+	"switchboard/memory/memcfg"
+	"switchboard/memory/notes"
 	"switchboard/skills"
 	"switchboard/tools"
 	"switchboard/tools/bash"
@@ -110,7 +113,8 @@ func assembleTools(cfg Config, ws *workspace.Workspace, db *bolt.DB, pub toolsPu
 	)
 	var shell *bash.Shell
 	if cfg.Tools.Bash.Enabled {
-		if shell, err = bash.New(ws, cfg.Tools.Bash, log.With("component", "bash")); err != nil {
+		if shell, err = bash.New(ws, cfg.Tools.Bash, bash.Options{Log: log.With("component", "bash"),
+			Hidden: []string{cfg.DataDir}, Private: bashPrivate(cfg.Memory.Scope == memcfg.ScopeShared)}); err != nil {
 			return nil, nil, err
 		}
 		list = append(list, shell.Tool())
@@ -145,6 +149,47 @@ func assembleTools(cfg Config, ws *workspace.Workspace, db *bolt.DB, pub toolsPu
 	}
 	return &builtTools{Toolbox: tb, Skills: catalog, MCP: mgr, CallTimeout: toolCallTimeout(cfg)}, run, nil
 }
+
+// bashPrivate is what a bash command of a session must not see in the
+// workspace, and the session's own folders inside: every chat's inbox but
+// the session's own inbox/<channel>/<chat>/; and unless memory is shared,
+// every user's and chat's memory but the session's own: in a direct chat
+// memory/users/<channel>/<user>/, in a group memory/chats/<channel>/<chat>/
+// without the other members' in-group notes (its users/ folder, where
+// only users/<speaker>/ is the session's).
+func bashPrivate(shared bool) bash.Private {
+	return func(s tools.Session) (hide, allow []string) {
+		hide = []string{inboxDir}
+		ch, errCh := notes.Component(s.Channel)
+		chat, errChat := notes.Component(s.ChatID)
+		if errCh == nil && errChat == nil {
+			allow = append(allow, path.Join(inboxDir, ch, chat))
+		}
+		if shared {
+			return hide, allow
+		}
+		hide = append(hide, notes.UsersDir, notes.ChatsDir)
+		if !s.IsGroup {
+			if f, err := notes.UserFolder(s.Channel, s.UserID); err == nil {
+				allow = append(allow, f.Dir)
+			}
+			return hide, allow
+		}
+		if f, err := notes.ChatFolder(s.Channel, s.ChatID); err == nil {
+			members := path.Join(f.Dir, "users")
+			hide = append(hide, members)
+			allow = append(allow, f.Dir)
+			if u, err := notes.Component(s.UserID); err == nil {
+				allow = append(allow, path.Join(members, u))
+			}
+		}
+		return hide, allow
+	}
+}
+
+// inboxDir is the workspace folder where channels save received files,
+// one folder per chat: inbox/<channel>/<chat>/.
+const inboxDir = "inbox"
 
 // toolCallTimeout is the per-call timeout the agent must allow for the
 // configured tools.

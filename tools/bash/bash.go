@@ -8,11 +8,22 @@
 // tools.bash.pass_env, nothing that looks like a credential), run in their
 // own process group, and the whole group is killed on timeout,
 // cancellation or when the command ends (so stray background processes do
-// not outlive it). With tools.bash.sandbox: bwrap they run under
-// bubblewrap: a read-only system (/usr, /bin, /lib, /etc...), a private
-// /tmp, the workspace as the only writable and the only visible folder of
-// the host's data, and $HOME set to the workspace. Output keeps its last
-// 50 KB.
+// not outlive it). Output keeps its last 50 KB.
+//
+// With tools.bash.sandbox: bwrap, the default, commands run under
+// bubblewrap, and [New] fails when bwrap is missing or cannot create a
+// sandbox: their own PID namespace (the daemon's process and its
+// environment are not in /proc) and no capabilities even as root; a
+// read-only /usr, /bin, /lib*, and of /etc only what programs need; a
+// private /tmp; the workspace at its real path as the only folder of the
+// host's data, with $HOME set to it; the folders of [Options.Hidden]
+// (data_dir) never visible; and the folders [Options.Private] names for
+// the session covered by empty read-only folders, with the session's own
+// folders bound back read-write. Folders above a covered one are mount
+// points, so a command cannot rename them to move a covered folder out
+// from under its cover. The scrubbed environment is bwrap's own too, so
+// the sandbox's PID 1 holds nothing else. sandbox: none runs commands
+// unconfined and logs a warning.
 //
 // Background jobs (background: true) run up to tools.bash.job_timeout; the
 // model polls them by id (new output since the last poll) or kills them.
@@ -47,7 +58,7 @@ type Shell struct {
 	cfg     tools.BashConfig
 	dir     string
 	shell   string   // bash, or sh where bash is missing
-	sandbox []string // bwrap command line before the shell, or nil
+	sandbox *sandbox // nil with tools.bash.sandbox: none
 	environ func() []string
 	log     *slog.Logger
 
@@ -59,12 +70,32 @@ type Shell struct {
 	wg      sync.WaitGroup
 }
 
+// Options are what a Shell gets from the wiring besides its config.
+type Options struct {
+	// Log receives the warnings (sandbox none) and job events; nil
+	// discards.
+	Log *slog.Logger
+	// Hidden are host folders a sandboxed command never sees, even where
+	// they lie inside the workspace: data_dir.
+	Hidden []string
+	// Private hides other users' and chats' folders from a session's
+	// commands; nil hides nothing but Hidden.
+	Private Private
+	// LookPath finds bwrap and the shell; nil means exec.LookPath.
+	LookPath func(string) (string, error)
+}
+
 // New returns a Shell for ws. It fails when no shell is installed, or
-// when cfg.Sandbox is "bwrap" and bwrap is not on PATH. A nil log
-// discards.
-func New(ws *workspace.Workspace, cfg tools.BashConfig, log *slog.Logger) (*Shell, error) {
+// when the sandbox is bwrap (the default) and bwrap is missing or cannot
+// create a sandbox here. With tools.bash.sandbox: none it logs a warning.
+func New(ws *workspace.Workspace, cfg tools.BashConfig, opts Options) (*Shell, error) {
+	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	lookPath := opts.LookPath
+	if lookPath == nil {
+		lookPath = exec.LookPath
 	}
 	def := tools.DefaultConfig().Bash
 	if cfg.Timeout <= 0 {
@@ -76,38 +107,53 @@ func New(ws *workspace.Workspace, cfg tools.BashConfig, log *slog.Logger) (*Shel
 	if cfg.JobTimeout <= 0 {
 		cfg.JobTimeout = def.JobTimeout
 	}
+	if cfg.Sandbox == "" {
+		cfg.Sandbox = def.Sandbox
+	}
 	s := &Shell{cfg: cfg, dir: ws.Dir(), environ: os.Environ, log: log, jobs: make(map[string]*job)}
-	sh, err := exec.LookPath("bash")
+	sh, err := lookPath("bash")
 	if err != nil {
-		if sh, err = exec.LookPath("sh"); err != nil {
+		if sh, err = lookPath("sh"); err != nil {
 			return nil, errors.New("bash: neither bash nor sh is on PATH")
 		}
 	}
 	s.shell = sh
 	switch cfg.Sandbox {
-	case "":
-	case "bwrap":
-		bw, err := exec.LookPath("bwrap")
+	case SandboxBwrap:
+		bw, err := lookPath("bwrap")
 		if err != nil {
-			return nil, errors.New("bash: tools.bash.sandbox is bwrap, but bwrap (bubblewrap) is not on PATH; install it (apt-get install bubblewrap) or set sandbox to \"\"")
+			return nil, errors.New(errNoBwrap)
 		}
-		s.sandbox = bwrapArgs(bw, s.dir)
+		if s.sandbox, err = newSandbox(bw, s.dir, ws.Root(), opts.Hidden, opts.Private); err != nil {
+			return nil, err
+		}
+		if err := s.probe(); err != nil {
+			return nil, err
+		}
+	case SandboxNone:
+		log.Warn(noneWarning)
 	default:
-		return nil, fmt.Errorf("bash: unknown sandbox %q", cfg.Sandbox)
+		return nil, fmt.Errorf("bash: unknown tools.bash.sandbox %q (bwrap or none)", cfg.Sandbox)
 	}
 	return s, nil
 }
 
-// bwrapArgs is the bubblewrap command line confining a command to the
-// workspace dir.
-func bwrapArgs(bwrap, dir string) []string {
-	args := []string{bwrap, "--die-with-parent", "--new-session", "--unshare-all", "--share-net",
-		"--ro-bind", "/usr", "/usr"}
-	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"} {
-		args = append(args, "--ro-bind-try", d, d)
+// probe runs one empty command in the sandbox, so that a bwrap that cannot
+// create namespaces here stops the daemon at start with its reason rather
+// than failing every command.
+func (s *Shell) probe() error {
+	args, err := s.sandbox.args(tools.Session{})
+	if err != nil {
+		return err
 	}
-	return append(args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-		"--bind", dir, dir, "--chdir", dir, "--setenv", "HOME", dir, "--setenv", "TMPDIR", "/tmp", "--")
+	cmd := exec.Command(args[0], append(args[1:], s.shell, "-c", "true")...)
+	cmd.Env = s.env()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("bash: bwrap (tools.bash.sandbox) cannot create a sandbox here: %v: %s "+
+			"(in a container it needs user namespaces or the daemon running as root; tools.bash.sandbox: none runs commands unconfined)",
+			err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // Tool returns the bash tool.
@@ -129,13 +175,36 @@ func (s *Shell) Run(ctx context.Context) error {
 	return nil
 }
 
-// command builds the exec.Cmd of script under ctx.
-func (s *Shell) command(ctx context.Context, script string) *exec.Cmd {
-	argv := append(slices.Clone(s.sandbox), s.shell, "-c", script)
+// command builds the exec.Cmd of script for sess under ctx.
+func (s *Shell) command(ctx context.Context, sess tools.Session, script string) (*exec.Cmd, error) {
+	var argv []string
+	if s.sandbox != nil {
+		var err error
+		if argv, err = s.sandbox.args(sess); err != nil {
+			return nil, err
+		}
+	}
+	argv = append(argv, s.shell, "-c", script)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = s.dir
-	cmd.Env = tools.ScrubEnv(s.environ(), s.cfg.PassEnv)
-	return cmd
+	cmd.Env = s.env()
+	return cmd, nil
+}
+
+// env is the environment of a command: the scrubbed daemon environment
+// ([tools.ScrubEnv]), with HOME the workspace and TMPDIR the private /tmp
+// in the sandbox. It is bwrap's own environment too, so the sandbox's
+// PID 1 (whose /proc/1/environ a command can read) holds nothing else,
+// and no value appears on bwrap's command line.
+func (s *Shell) env() []string {
+	env := tools.ScrubEnv(s.environ(), s.cfg.PassEnv)
+	if s.sandbox == nil {
+		return env
+	}
+	env = slices.DeleteFunc(env, func(kv string) bool {
+		return strings.HasPrefix(kv, "HOME=") || strings.HasPrefix(kv, "TMPDIR=")
+	})
+	return append(env, "HOME="+s.dir, "TMPDIR=/tmp")
 }
 
 type bashTool struct{ s *Shell }
@@ -152,8 +221,8 @@ func (t *bashTool) Description() string {
 			"or with job_id and kill: true to stop it. At most %d jobs; a job is killed after %s. ", c.MaxJobs, c.JobTimeout)
 	}
 	d += "No input can be typed into commands. Only some users may run commands."
-	if len(t.s.sandbox) > 0 {
-		d += " Commands run in a sandbox: only the workspace is writable, and files outside it are not visible."
+	if t.s.sandbox != nil {
+		d += " Commands run in a sandbox: only the workspace is visible and writable (other users' private folders are not), and files outside it are not visible."
 	}
 	return d
 }
@@ -220,14 +289,18 @@ func (t *bashTool) Run(ctx context.Context, call tools.Call) (tools.Result, erro
 		}
 		limit = time.Duration(a.Timeout) * time.Second
 	}
-	return s.foreground(ctx, a.Command, limit)
+	return s.foreground(ctx, call.Session, a.Command, limit)
 }
 
 // foreground runs script and waits for it.
-func (s *Shell) foreground(ctx context.Context, script string, limit time.Duration) (tools.Result, error) {
+func (s *Shell) foreground(ctx context.Context, sess tools.Session, script string, limit time.Duration) (tools.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	p, err := start(ctx, s.command(ctx, script), tools.DefaultMaxOutputBytes)
+	cmd, err := s.command(ctx, sess, script)
+	if err != nil {
+		return tools.Result{}, err
+	}
+	p, err := start(ctx, cmd, tools.DefaultMaxOutputBytes)
 	if err != nil {
 		return tools.Result{}, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -45,7 +44,7 @@ func newEnv(t *testing.T, cfg tools.BashConfig) *env {
 		cfg.MaxJobs = 2
 	}
 	cfg.Enabled = true
-	sh, err := New(ws, cfg, nil)
+	sh, err := New(ws, cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +149,9 @@ func TestBashRunsInWorkspace(t *testing.T) {
 		t.Errorf("true: %+v", r)
 	}
 	r = e.run(t, alice, cmdArgs("kill -9 $$", ""))
-	if !r.IsError || !strings.Contains(r.Text, "killed by signal killed") {
+	// Unconfined the shell's death by signal shows as such; bwrap reports
+	// it as exit code 128+9.
+	if !r.IsError || !strings.Contains(r.Text, "killed by signal killed") && !strings.Contains(r.Text, "[exit code 137]") {
 		t.Errorf("killed: %+v", r)
 	}
 	r = e.run(t, alice, cmdArgs("cat", "")) // stdin is /dev/null: no hang
@@ -181,7 +182,7 @@ func TestBashEnvironmentScrubbed(t *testing.T) {
 }
 
 func TestBashTimeoutKillsProcessGroup(t *testing.T) {
-	e := newEnv(t, tools.BashConfig{})
+	e := newEnv(t, tools.BashConfig{Sandbox: SandboxNone}) // host PIDs: no PID namespace
 	pidFile := filepath.Join(e.dir, "child.pid")
 	r := e.run(t, alice, cmdArgs("sleep 1000 & echo $! > child.pid; echo started; wait", `,"timeout":1`))
 	if !r.IsError || !strings.Contains(r.Text, "started\n[timed out after 1s; the command and its child processes were killed]") {
@@ -191,7 +192,7 @@ func TestBashTimeoutKillsProcessGroup(t *testing.T) {
 }
 
 func TestBashCancelKillsProcessGroup(t *testing.T) {
-	e := newEnv(t, tools.BashConfig{})
+	e := newEnv(t, tools.BashConfig{Sandbox: SandboxNone}) // host PIDs: no PID namespace
 	pidFile := filepath.Join(e.dir, "child.pid")
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan tools.Result, 1)
@@ -208,7 +209,7 @@ func TestBashCancelKillsProcessGroup(t *testing.T) {
 }
 
 func TestBashStrayProcessKilledAfterExit(t *testing.T) {
-	e := newEnv(t, tools.BashConfig{})
+	e := newEnv(t, tools.BashConfig{Sandbox: SandboxNone}) // host PIDs: no PID namespace
 	r := e.run(t, alice, cmdArgs("sleep 1000 & echo $! > stray.pid; echo done", ""))
 	if r.IsError || r.Text != "done\n" {
 		t.Fatalf("result: %+v", r)
@@ -255,7 +256,7 @@ func TestBashBadArgs(t *testing.T) {
 }
 
 func TestBashBackgroundJobs(t *testing.T) {
-	e := newEnv(t, tools.BashConfig{MaxJobs: 2})
+	e := newEnv(t, tools.BashConfig{MaxJobs: 2, Sandbox: SandboxNone}) // host PIDs
 	e.serve(t)
 
 	r := e.run(t, alice, cmdArgs("echo one; sleep 0.2; echo two", `,"background":true`))
@@ -317,7 +318,7 @@ func TestBashBackgroundJobs(t *testing.T) {
 }
 
 func TestBashShutdownKillsJobs(t *testing.T) {
-	e := newEnv(t, tools.BashConfig{})
+	e := newEnv(t, tools.BashConfig{Sandbox: SandboxNone}) // host PIDs: no PID namespace
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- e.shell.Run(ctx) }()
@@ -345,58 +346,17 @@ func TestBashJobsOff(t *testing.T) {
 	}
 }
 
-func bwrapWorks(t *testing.T) {
-	t.Helper()
-	bw, err := exec.LookPath("bwrap")
-	if err != nil {
-		t.Skip("bwrap (bubblewrap) is not installed; the sandbox test needs it")
-	}
-	out, err := exec.Command(bw, "--ro-bind", "/", "/", "--unshare-all", "--", "true").CombinedOutput()
-	if err != nil {
-		t.Skipf("bwrap cannot create a sandbox here (no user namespaces?): %v %s", err, out)
-	}
-}
-
-func TestBashSandbox(t *testing.T) {
-	bwrapWorks(t)
-	outside := filepath.Join(t.TempDir(), "secret.txt")
-	if err := os.WriteFile(outside, []byte("TOPSECRET"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	e := newEnv(t, tools.BashConfig{Sandbox: "bwrap"})
-	r := e.run(t, alice, cmdArgs("echo inside > made.txt && cat made.txt && echo $HOME && pwd", ""))
-	if r.IsError || r.Text != "inside\n"+e.dir+"\n"+e.dir+"\n" {
-		t.Fatalf("sandboxed command: %+v", r)
-	}
-	if b, err := os.ReadFile(filepath.Join(e.dir, "made.txt")); err != nil || string(b) != "inside\n" {
-		t.Errorf("file written in the sandbox: %q, %v", b, err)
-	}
-	r = e.run(t, alice, cmdArgs("cat "+outside, ""))
-	if !r.IsError || strings.Contains(r.Text, "TOPSECRET") {
-		t.Errorf("sandbox read a file outside the workspace: %+v", r)
-	}
-	r = e.run(t, alice, cmdArgs("touch /usr/x", ""))
-	if !r.IsError {
-		t.Errorf("sandbox could write to /usr: %+v", r)
-	}
-	// A timeout kills the sandboxed process tree too.
-	r = e.run(t, alice, cmdArgs("sleep 1000", `,"timeout":1`))
-	if !r.IsError || !strings.Contains(r.Text, "timed out") {
-		t.Errorf("sandboxed timeout: %+v", r)
-	}
-}
-
 func TestNewErrors(t *testing.T) {
 	ws, err := workspace.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ws.Close()
-	if _, err := New(ws, tools.BashConfig{Sandbox: "docker"}, nil); err == nil {
+	if _, err := New(ws, tools.BashConfig{Sandbox: "docker"}, Options{}); err == nil {
 		t.Error("unknown sandbox accepted")
 	}
 	t.Setenv("PATH", t.TempDir())
-	if _, err := New(ws, tools.BashConfig{}, nil); err == nil || !strings.Contains(err.Error(), "neither bash nor sh") {
+	if _, err := New(ws, tools.BashConfig{}, Options{}); err == nil || !strings.Contains(err.Error(), "neither bash nor sh") {
 		t.Errorf("New without a shell = %v", err)
 	}
 }

@@ -44,7 +44,12 @@ func (s *Shell) startJob(sess tools.Session, script string, limit time.Duration)
 		return tools.Result{}, fmt.Errorf("too many background jobs (%d running: %s); wait for one to finish or kill one", len(s.jobs), strings.Join(s.order, ", "))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	p, err := start(ctx, s.command(ctx, script), tools.DefaultMaxOutputBytes)
+	cmd, err := s.command(ctx, sess, script)
+	if err != nil {
+		cancel()
+		return tools.Result{}, err
+	}
+	p, err := start(ctx, cmd, tools.DefaultMaxOutputBytes)
 	if err != nil {
 		cancel()
 		return tools.Result{}, err

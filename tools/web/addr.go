@@ -11,12 +11,9 @@ import (
 
 // Address classes web_fetch refuses.
 var (
-	// Always refused, even with allow_private.
-	cloudMeta = []netip.Prefix{
-		netip.MustParsePrefix("169.254.0.0/16"), // link-local, cloud metadata (169.254.169.254)
-		netip.MustParsePrefix("fe80::/10"),      // IPv6 link-local
-		netip.MustParsePrefix("fd00:ec2::/32"),  // AWS IPv6 metadata (fd00:ec2::254)
-	}
+	// AWS's IPv6 metadata service (fd00:ec2::254), refused like link-local
+	// addresses even with allow_private.
+	awsMeta = netip.MustParsePrefix("fd00:ec2::/32")
 	// Refused unless allow_private.
 	special = []netip.Prefix{
 		netip.MustParsePrefix("0.0.0.0/8"),       // "this network"
@@ -29,38 +26,76 @@ var (
 		netip.MustParsePrefix("240.0.0.0/4"),     // reserved, broadcast
 		netip.MustParsePrefix("100::/64"),        // discard
 		netip.MustParsePrefix("2001:db8::/32"),   // documentation
+		netip.MustParsePrefix("fec0::/10"),       // site-local (deprecated)
 	}
-	nat64  = netip.MustParsePrefix("64:ff9b::/96")
-	sixTo4 = netip.MustParsePrefix("2002::/16")
+	// IPv6 forms that carry an IPv4 address.
+	v4compat     = netip.MustParsePrefix("::/96")           // ::a.b.c.d, deprecated (RFC 4291)
+	v4translated = netip.MustParsePrefix("::ffff:0:0:0/96") // SIIT ::ffff:0:a.b.c.d (RFC 2765)
+	nat64        = netip.MustParsePrefix("64:ff9b::/96")    // well-known NAT64 prefix (RFC 6052)
+	nat64Local   = netip.MustParsePrefix("64:ff9b:1::/48")  // local-use NAT64 prefixes (RFC 8215)
+	sixTo4       = netip.MustParsePrefix("2002::/16")       // 6to4 (RFC 3056)
+	teredo       = netip.MustParsePrefix("2001::/32")       // Teredo (RFC 4380)
 )
 
-// refusal says why ip may not be reached, or "" when it may.
+const (
+	whyLinkLocal = "link-local (where cloud metadata services live)"
+	whyCompat    = "IPv4-compatible (the deprecated ::a.b.c.d form)"
+)
+
+// refusal says why ip may not be reached, or "" when it may. A zone
+// (fe80::1%eth0) is dropped first: it does not change where an address
+// leads, but netip.Prefix.Contains is false for any zoned address. IPv6
+// forms that carry an IPv4 address (IPv4-mapped, SIIT, NAT64, 6to4,
+// Teredo) are judged by that address too; the deprecated IPv4-compatible
+// ::a.b.c.d form is always refused.
 func refusal(ip netip.Addr, allowPrivate bool) string {
-	ip = ip.Unmap()
-	// IPv6 forms that carry an IPv4 address are judged by that address.
-	if ip.Is6() {
-		b := ip.As16()
-		switch {
-		case nat64.Contains(ip):
-			return refusal(netip.AddrFrom4([4]byte(b[12:16])), allowPrivate)
-		case sixTo4.Contains(ip):
-			return refusal(netip.AddrFrom4([4]byte(b[2:6])), allowPrivate)
-		}
-	}
-	for _, p := range cloudMeta {
-		if p.Contains(ip) {
-			return "link-local (where cloud metadata services live)"
-		}
-	}
+	ip = ip.WithZone("").Unmap()
 	switch {
 	case !ip.IsValid(), ip.IsUnspecified():
 		return "unspecified"
+	case ip.IsLinkLocalUnicast(), awsMeta.Contains(ip):
+		return whyLinkLocal
 	case ip.IsMulticast(), ip.IsLinkLocalMulticast(), ip.IsInterfaceLocalMulticast():
 		return "multicast"
+	case ip.IsLoopback():
+		if allowPrivate {
+			return ""
+		}
+		return "loopback"
+	case v4compat.Contains(ip):
+		return whyCompat
+	}
+	if ip.Is6() {
+		b := ip.As16()
+		switch {
+		case nat64.Contains(ip), v4translated.Contains(ip):
+			return refusal(v4(b[12:16]), allowPrivate)
+		case sixTo4.Contains(ip):
+			return refusal(v4(b[2:6]), allowPrivate)
+		case teredo.Contains(ip):
+			// The Teredo server, then the client's address (stored inverted).
+			if why := refusal(v4(b[4:8]), allowPrivate); why != "" {
+				return why
+			}
+			return refusal(v4([]byte{^b[12], ^b[13], ^b[14], ^b[15]}), allowPrivate)
+		case nat64Local.Contains(ip):
+			// The IPv4 address sits where the operator's prefix length
+			// (/48 to /96, RFC 6052) puts it: no candidate may be
+			// link-local, and the prefix is a private network anyway.
+			for _, c := range [][]byte{{b[6], b[7], b[9], b[10]}, {b[7], b[9], b[10], b[11]}, b[9:13], b[12:16]} {
+				if refusal(v4(c), true) == whyLinkLocal {
+					return whyLinkLocal
+				}
+			}
+			if !allowPrivate {
+				return "private"
+			}
+			return ""
+		}
+	}
+	switch {
 	case allowPrivate:
 		return ""
-	case ip.IsLoopback():
-		return "loopback"
 	case ip.IsPrivate():
 		return "private"
 	}
@@ -71,6 +106,9 @@ func refusal(ip netip.Addr, allowPrivate bool) string {
 	}
 	return ""
 }
+
+// v4 is the IPv4 address of 4 bytes.
+func v4(b []byte) netip.Addr { return netip.AddrFrom4([4]byte(b)) }
 
 // errRefused marks a destination web_fetch will not reach.
 var errRefused = errors.New("refused")
@@ -126,13 +164,14 @@ func (g *guard) DialContext(ctx context.Context, network, addr string) (net.Conn
 	}
 	var firstErr error
 	for _, ip := range ips {
+		ip = ip.WithZone("").Unmap() // dial exactly the address checked
 		if why := refusal(ip, g.allowPrivate); why != "" {
 			if firstErr == nil {
-				firstErr = fmt.Errorf("%w: %s resolves to %s, a %s address; web_fetch does not reach private networks", errRefused, host, ip.Unmap(), why)
+				firstErr = fmt.Errorf("%w: %s resolves to %s, a %s address; web_fetch does not reach private networks", errRefused, host, ip, why)
 			}
 			continue
 		}
-		conn, err := g.dialer.DialContext(ctx, network, net.JoinHostPort(ip.Unmap().String(), port))
+		conn, err := g.dialer.DialContext(ctx, network, net.JoinHostPort(ip.String(), port))
 		if err == nil {
 			return conn, nil
 		}

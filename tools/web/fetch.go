@@ -3,8 +3,11 @@
 // Safety: web_fetch refuses loopback, private, carrier-grade NAT and other
 // reserved addresses (unless tools.web_fetch.allow_private), and always
 // refuses link-local ones (169.254.0.0/16 with the cloud metadata service
-// 169.254.169.254, fe80::/10) and unspecified or multicast addresses. The
-// check runs on the resolved addresses at dial time, for the first request
+// 169.254.169.254, fe80::/10) and unspecified or multicast addresses.
+// Zones are dropped before every check (fe80::1%eth0 is fe80::1); IPv6
+// forms carrying an IPv4 address (mapped, SIIT, NAT64, 6to4, Teredo) are
+// judged by that address; the deprecated IPv4-compatible ::a.b.c.d form is
+// always refused. The check runs on the resolved addresses at dial time, for the first request
 // and every redirect: the dialer connects to the address it checked
 // (never resolving twice), so DNS rebinding cannot bypass it, and the
 // socket's Control hook checks once more before connect(2). Environment
