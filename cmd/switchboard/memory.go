@@ -95,6 +95,27 @@ func (m *memorySystem) guard(s tools.Session, rel string) bool {
 		workspace.InboxVisible(s.Channel, s.ChatID, rel)
 }
 
+// privacy is the tools' view of this memory system: guard for the tools
+// that open workspace paths, private for the bash sandbox.
+func (m *memorySystem) privacy() privacy {
+	return privacy{guard: m.guard, private: m.private}
+}
+
+// private is what a bash command of a session must not see in the
+// workspace, and the session's own folders inside (bash.Private): every
+// chat's inbox but the session's own (workspace.InboxFolder), and the
+// memory folders of notes.Notes.PrivateFolders (unless memory is shared:
+// every user's and chat's memory but the session's own; in a group the
+// chat's folder without the other members' in-group notes).
+func (m *memorySystem) private(s tools.Session) (hide, allow []string) {
+	hide = []string{workspace.InboxDir}
+	if own, err := workspace.InboxFolder(s.Channel, s.ChatID); err == nil {
+		allow = append(allow, own)
+	}
+	h, a := m.notes.PrivateFolders(notes.Scope{Channel: s.Channel, ChatID: s.ChatID, UserID: s.UserID, IsGroup: s.IsGroup})
+	return append(hide, h...), append(allow, a...)
+}
+
 // View implements agent.Memory: the memory files notes.Notes.Prompt gives
 // the speaker (in a group the group's notes and the speaker's notes made in
 // it, never direct-chat memory or a per-user USER.md).

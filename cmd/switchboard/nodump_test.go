@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,7 +85,7 @@ func TestDaemonNotDumpable(t *testing.T) {
 			t.Logf("daemon log:\n%s", w.String())
 		}
 	})
-	nc := connectWhenUp(t, p, "nats://"+busAddr)
+	nc := connectWhenUp(t, p, "nats://"+busAddr, filepath.Join(dir, "data"))
 	nc.Close()
 	out, err := readEnviron(p.cmd.Process.Pid)
 	if strings.Contains(out, secret) || err == nil {

@@ -121,7 +121,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return err
 	}
 	defer mem.close()
-	built, runTools, err := buildTools(cfg, ws, b, log, mem.guard, mem.tools...)
+	built, runTools, err := buildTools(cfg, ws, b, log, mem.privacy(), mem.tools...)
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"path"
 	"path/filepath"
 	"time"
 
@@ -15,8 +14,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"switchboard/bus"
-	"switchboard/memory/memcfg"
-	"switchboard/memory/notes"
 	"switchboard/skills"
 	"switchboard/tools"
 	"switchboard/tools/bash"
@@ -65,12 +62,13 @@ type builtTools struct {
 // catalog as fallback, and the MCP manager as a dynamic source. It opens
 // data_dir/tools.db. Nothing runs in the background yet: run does that
 // (the scheduler, MCP connections, bash's background jobs) until its ctx
-// is cancelled, then closes tools.db and returns nil. guard (may be nil)
-// hides paths per session from the file tools, search_files and
-// send_message: another user's private memory, another chat's inbox. Call run exactly
-// once, as soon as buildTools succeeded; the toolbox must not be used
-// after run returned. On error nothing is left open.
-func buildTools(cfg Config, ws *workspace.Workspace, pub toolsPublisher, log *slog.Logger, guard tools.PathGuard, extra ...tools.Tool) (*builtTools, func(context.Context) error, error) {
+// is cancelled, then closes tools.db and returns nil. p keeps one session
+// out of another's files (another user's private memory, another chat's
+// inbox): its guard for the file tools, search_files and send_message, its
+// private folders for the bash sandbox. Call run exactly once, as soon as
+// buildTools succeeded; the toolbox must not be used after run returned.
+// On error nothing is left open.
+func buildTools(cfg Config, ws *workspace.Workspace, pub toolsPublisher, log *slog.Logger, p privacy, extra ...tools.Tool) (*builtTools, func(context.Context) error, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -85,7 +83,7 @@ func buildTools(cfg Config, ws *workspace.Workspace, pub toolsPublisher, log *sl
 	if err != nil {
 		return nil, nil, fmt.Errorf("tools: open %s: %w", path, err)
 	}
-	built, run, err := assembleTools(cfg, ws, db, pub, log, guard, extra)
+	built, run, err := assembleTools(cfg, ws, db, pub, log, p, extra)
 	if err != nil {
 		_ = db.Close()
 		return nil, nil, err
@@ -93,7 +91,8 @@ func buildTools(cfg Config, ws *workspace.Workspace, pub toolsPublisher, log *sl
 	return built, run, nil
 }
 
-func assembleTools(cfg Config, ws *workspace.Workspace, db *bolt.DB, pub toolsPublisher, log *slog.Logger, guard tools.PathGuard, extra []tools.Tool) (*builtTools, func(context.Context) error, error) {
+func assembleTools(cfg Config, ws *workspace.Workspace, db *bolt.DB, pub toolsPublisher, log *slog.Logger, p privacy, extra []tools.Tool) (*builtTools, func(context.Context) error, error) {
+	guard := p.guard
 	subj := bus.Subjects{Prefix: cfg.Bus.SubjectPrefix}
 	chats, err := message.NewChats(db)
 	if err != nil {
@@ -114,7 +113,7 @@ func assembleTools(cfg Config, ws *workspace.Workspace, db *bolt.DB, pub toolsPu
 	var shell *bash.Shell
 	if cfg.Tools.Bash.Enabled {
 		if shell, err = bash.New(ws, cfg.Tools.Bash, bash.Options{Log: log.With("component", "bash"),
-			Hidden: []string{cfg.DataDir}, Private: bashPrivate(cfg.Memory.Scope == memcfg.ScopeShared)}); err != nil {
+			Hidden: []string{cfg.DataDir}, Private: p.private}); err != nil {
 			return nil, nil, err
 		}
 		list = append(list, shell.Tool())
@@ -150,46 +149,16 @@ func assembleTools(cfg Config, ws *workspace.Workspace, db *bolt.DB, pub toolsPu
 	return &builtTools{Toolbox: tb, Skills: catalog, MCP: mgr, CallTimeout: toolCallTimeout(cfg)}, run, nil
 }
 
-// bashPrivate is what a bash command of a session must not see in the
-// workspace, and the session's own folders inside: every chat's inbox but
-// the session's own inbox/<channel>/<chat>/; and unless memory is shared,
-// every user's and chat's memory but the session's own: in a direct chat
-// memory/users/<channel>/<user>/, in a group memory/chats/<channel>/<chat>/
-// without the other members' in-group notes (its users/ folder, where
-// only users/<speaker>/ is the session's).
-func bashPrivate(shared bool) bash.Private {
-	return func(s tools.Session) (hide, allow []string) {
-		hide = []string{inboxDir}
-		ch, errCh := notes.Component(s.Channel)
-		chat, errChat := notes.Component(s.ChatID)
-		if errCh == nil && errChat == nil {
-			allow = append(allow, path.Join(inboxDir, ch, chat))
-		}
-		if shared {
-			return hide, allow
-		}
-		hide = append(hide, notes.UsersDir, notes.ChatsDir)
-		if !s.IsGroup {
-			if f, err := notes.UserFolder(s.Channel, s.UserID); err == nil {
-				allow = append(allow, f.Dir)
-			}
-			return hide, allow
-		}
-		if f, err := notes.ChatFolder(s.Channel, s.ChatID); err == nil {
-			members := path.Join(f.Dir, "users")
-			hide = append(hide, members)
-			allow = append(allow, f.Dir)
-			if u, err := notes.Component(s.UserID); err == nil {
-				allow = append(allow, path.Join(members, u))
-			}
-		}
-		return hide, allow
-	}
+// privacy is how the tools keep one session out of another's files; the
+// memory system provides it (memorySystem.privacy).
+type privacy struct {
+	// guard is the path policy of the tools that open workspace paths
+	// (nil: everything is visible).
+	guard tools.PathGuard
+	// private gives the bash sandbox the folders a session must not see,
+	// and its own folders inside them.
+	private bash.Private
 }
-
-// inboxDir is the workspace folder where channels save received files,
-// one folder per chat: inbox/<channel>/<chat>/.
-const inboxDir = "inbox"
 
 // toolCallTimeout is the per-call timeout the agent must allow for the
 // configured tools.

@@ -4,11 +4,16 @@ import (
 	"slices"
 	"testing"
 
+	"switchboard/memory/memcfg"
+	"switchboard/memory/notes"
 	"switchboard/tools"
+	"switchboard/workspace"
 )
 
 // TestBashPrivate: the folders the wiring hides from a bash command, per
-// chat kind and memory scope (the sandbox itself is tested in tools/bash).
+// chat kind and memory scope (the sandbox itself is tested in tools/bash):
+// the memory system's notes.PrivateFolders and the inbox rule of
+// workspace.InboxFolder.
 func TestBashPrivate(t *testing.T) {
 	direct := tools.Session{Channel: "telegram", ChatID: "42", UserID: "42"}
 	group := tools.Session{Channel: "telegram", ChatID: "-100", UserID: "7", IsGroup: true}
@@ -28,8 +33,22 @@ func TestBashPrivate(t *testing.T) {
 		{"shared memory", true, group, []string{"inbox"}, []string{"inbox/telegram/-100"}},
 		{"no session", false, tools.Session{}, []string{"inbox", "memory/users", "memory/chats"}, nil},
 	}
+	ws, err := workspace.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
 	for _, tt := range tests {
-		hide, allow := bashPrivate(tt.shared)(tt.s)
+		scope := memcfg.ScopeUser
+		if tt.shared {
+			scope = memcfg.ScopeShared
+		}
+		n, err := notes.New(ws.Root(), notes.Options{Scope: scope})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &memorySystem{notes: n}
+		hide, allow := m.privacy().private(tt.s)
 		if !slices.Equal(hide, tt.hide) || !slices.Equal(allow, tt.allow) {
 			t.Errorf("%s: hide %q allow %q, want %q %q", tt.name, hide, allow, tt.hide, tt.allow)
 		}

@@ -69,7 +69,7 @@ func runTools(t *testing.T, run func(context.Context) error) {
 func TestBuildToolsWiring(t *testing.T) {
 	cfg, ws := toolsTestSetup(t)
 	extra := &namedTool{name: "memory_search"}
-	built, run, err := buildTools(cfg, ws, &recordingPublisher{}, nil, nil, extra)
+	built, run, err := buildTools(cfg, ws, &recordingPublisher{}, nil, privacy{}, extra)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestBuildToolsOptions(t *testing.T) {
 	cfg.Tools.Disabled = []string{"web_*", "schedule"}
 	cfg.Tools.Bash.Enabled = true
 	cfg.Tools.Bash.AllowUsers = []string{"console:u1"}
-	built, run, err := buildTools(cfg, ws, &recordingPublisher{}, nil, nil)
+	built, run, err := buildTools(cfg, ws, &recordingPublisher{}, nil, privacy{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestBuildToolsErrors(t *testing.T) {
 	cfg, ws := toolsTestSetup(t)
 	cfg.Tools.Bash.Enabled = true
 	cfg.Tools.Bash.Sandbox = "nonsense"
-	if _, _, err := buildTools(cfg, ws, &recordingPublisher{}, nil, nil); err == nil {
+	if _, _, err := buildTools(cfg, ws, &recordingPublisher{}, nil, privacy{}); err == nil {
 		t.Fatal("bad sandbox accepted")
 	}
 	// Nothing was left open: the database can be opened again at once.
@@ -157,7 +157,7 @@ func TestBuildToolsErrors(t *testing.T) {
 	}
 	_ = db.Close()
 	cfg, ws = toolsTestSetup(t)
-	if _, _, err := buildTools(cfg, ws, &recordingPublisher{}, nil, nil, &namedTool{name: "read_file"}); err == nil {
+	if _, _, err := buildTools(cfg, ws, &recordingPublisher{}, nil, privacy{}, &namedTool{name: "read_file"}); err == nil {
 		t.Error("an extra tool with a built-in's name was accepted")
 	}
 }
@@ -182,7 +182,7 @@ func TestScheduleOverNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = out.Unsubscribe() }()
-	built, run, err := buildTools(cfg, ws, b, nil, nil)
+	built, run, err := buildTools(cfg, ws, b, nil, privacy{})
 	if err != nil {
 		t.Fatal(err)
 	}
