@@ -1,5 +1,13 @@
 package tools
 
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"switchboard/workspace"
+)
+
 // PathGuard reports whether session s may reach a workspace path rel
 // (clean, slash-separated, relative to the workspace; "." is the
 // workspace itself). The daemon composes it from memory privacy (another
@@ -15,4 +23,38 @@ func (g PathGuard) For(s Session) func(rel string) bool {
 		return nil
 	}
 	return func(rel string) bool { return g(s, rel) }
+}
+
+// PathError makes the error of a workspace file access readable for the
+// model, starting with where (e.g. "read_file notes/a.md"): a path the
+// guard refuses (workspace.ErrDenied, a hard-linked file) wraps ErrDenied
+// and says why; a path changed while it was opened, a link leading
+// outside, a missing file and a permission error are said in words; other
+// file-system errors give their innermost cause (os.Root reports an escape
+// as "path escapes from parent").
+func PathError(where string, err error) error {
+	switch {
+	case errors.Is(err, workspace.ErrDenied):
+		return fmt.Errorf("%s: %w: it is private to another user or chat, or leads there through a symbolic link", where, ErrDenied)
+	case errors.Is(err, workspace.ErrHardLink):
+		return fmt.Errorf("%s: %w: the file has more than one hard link, so it may be another user's private file "+
+			"or lie outside the workspace; such files are never read, written or sent", where, ErrDenied)
+	case errors.Is(err, workspace.ErrChanged):
+		return fmt.Errorf("%s: the path changed while it was being opened (a file or folder on it was replaced); try again", where)
+	case errors.Is(err, workspace.ErrOutside):
+		return fmt.Errorf("%s: it leads outside the workspace through a symbolic link", where)
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s: no such file or directory", where)
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("%s: permission denied", where)
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		inner := pe.Err
+		for errors.As(inner, &pe) {
+			inner = pe.Err
+		}
+		return fmt.Errorf("%s: %v", where, inner)
+	}
+	return fmt.Errorf("%s: %w", where, err)
 }

@@ -17,7 +17,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"unicode/utf8"
 
@@ -111,34 +110,7 @@ func describe(op, path string, err error) error {
 	return describePath(op+" "+path, err)
 }
 
-func describePath(where string, err error) error {
-	switch {
-	case errors.Is(err, workspace.ErrDenied):
-		return fmt.Errorf("%s: %w: it is private to another user or chat, or leads there through a symbolic link", where, tools.ErrDenied)
-	case errors.Is(err, workspace.ErrHardLink):
-		return fmt.Errorf("%s: %w: the file has more than one hard link, so it may be another user's private file "+
-			"or lie outside the workspace; such files are never read or written", where, tools.ErrDenied)
-	case errors.Is(err, workspace.ErrChanged):
-		return fmt.Errorf("%s: the path changed while it was being opened (a file or folder on it was replaced); try again", where)
-	case errors.Is(err, workspace.ErrOutside):
-		return fmt.Errorf("%s: it leads outside the workspace through a symbolic link", where)
-	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("%s: no such file or directory", where)
-	case errors.Is(err, fs.ErrPermission):
-		return fmt.Errorf("%s: permission denied", where)
-	}
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		// Report the innermost cause; os.Root reports an escape (e.g.
-		// through a symlink leading outside) as "path escapes from parent".
-		inner := pe.Err
-		for errors.As(inner, &pe) {
-			inner = pe.Err
-		}
-		return fmt.Errorf("%s: %v", where, inner)
-	}
-	return fmt.Errorf("%s: %w", where, err)
-}
+func describePath(where string, err error) error { return tools.PathError(where, err) }
 
 // looksBinary reports whether the start of a file is not UTF-8 text.
 func looksBinary(head []byte) bool {

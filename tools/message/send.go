@@ -28,7 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"mime"
 	"net/http"
 	"path/filepath"
@@ -266,27 +265,10 @@ func (t *sendTool) attachment(s tools.Session, path string) (bus.Attachment, err
 	return bus.Attachment{Kind: kind, Data: base64.StdEncoding.EncodeToString(data), MIME: mt, Name: name, Size: int64(len(data))}, nil
 }
 
+// fileErr explains why a file could not be attached ([tools.PathError]);
+// nothing was sent.
 func fileErr(path string, err error) error {
-	switch {
-	case errors.Is(err, workspace.ErrDenied):
-		return fmt.Errorf("file %s: %w: it is private to another user or chat, or leads there through a symbolic link; nothing was sent", path, tools.ErrDenied)
-	case errors.Is(err, workspace.ErrHardLink):
-		return fmt.Errorf("file %s: %w: it has more than one hard link, so it may be another user's private file "+
-			"or lie outside the workspace; nothing was sent", path, tools.ErrDenied)
-	case errors.Is(err, workspace.ErrChanged):
-		return fmt.Errorf("file %s: the path changed while it was being opened; nothing was sent, try again", path)
-	case errors.Is(err, workspace.ErrOutside):
-		return fmt.Errorf("file %s leads outside the workspace through a symbolic link; only workspace files can be sent", path)
-	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("file %s: no such file", path)
-	case errors.Is(err, fs.ErrPermission):
-		return fmt.Errorf("file %s: permission denied", path)
-	}
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return fmt.Errorf("file %s: %v", path, pe.Err)
-	}
-	return fmt.Errorf("file %s: %w", path, err)
+	return fmt.Errorf("%w; nothing was sent", tools.PathError("file "+path, err))
 }
 
 // newID returns a unique outbound id: "msg_" and 24 hex digits.
