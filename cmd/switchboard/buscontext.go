@@ -95,15 +95,29 @@ func natsContextDir(lookupEnv func(string) (string, bool)) (string, error) {
 // writePrivateFile replaces file with data, mode 0600, creating its folder
 // (mode 0700) when needed; readers see the old or the new file, whole.
 func writePrivateFile(file string, data []byte) error {
-	dir := filepath.Dir(file)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".switchboard-*.tmp") // mode 0600
+	err := replaceFile(file, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("write %s: %w", file, err)
+	}
+	return nil
+}
+
+// replaceFile writes file through write into a temporary file (mode 0600)
+// next to it, syncs it and renames it into place: readers see the old or
+// the new file, whole, and a failed write leaves no partial file under the
+// name.
+func replaceFile(file string, write func(io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*.tmp")
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
+	err = write(f)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -115,7 +129,6 @@ func writePrivateFile(file string, data []byte) error {
 	}
 	if err != nil {
 		_ = os.Remove(f.Name())
-		return fmt.Errorf("write %s: %w", file, err)
 	}
-	return nil
+	return err
 }

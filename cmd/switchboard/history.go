@@ -145,22 +145,7 @@ func historyExport(ctx context.Context, store *boltstore.Store, session, out str
 	}
 	// Write next to the target and rename, so a failed export never
 	// leaves a truncated file under the requested name.
-	tmp, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*")
-	if err != nil {
-		return fmt.Errorf("history export: %w", err)
-	}
-	err = store.Export(ctx, session, tmp)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), out)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
+	if err := replaceFile(out, func(w io.Writer) error { return store.Export(ctx, session, w) }); err != nil {
 		return historyError("export", err)
 	}
 	fmt.Fprintf(stdout, "exported session %s to %s\n", session, out)
