@@ -6,6 +6,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"switchboard/bus"
 	"switchboard/bus/natsbus"
 )
@@ -55,5 +58,67 @@ func BenchmarkPublishConsumeAck(b *testing.B) {
 			b.Fatal(err)
 		}
 		<-received
+	}
+}
+
+// BenchmarkBridgePublishConsumeAck is BenchmarkPublishConsumeAck for a
+// declared bridge over TCP: the bridge publishes in its own account, the
+// daemon's ingress validates the envelope, stores it in the in stream and
+// forwards the acknowledgement; the consumer receives and acks it. Compare
+// with BenchmarkPublishConsumeAck/tcp for the cost of the ingress hop.
+func BenchmarkBridgePublishConsumeAck(b *testing.B) {
+	for _, viaBridge := range []bool{false, true} {
+		name := "tcp"
+		if viaBridge {
+			name = "bridge"
+		}
+		b.Run(name, func(b *testing.B) {
+			cfg := natsbus.DefaultConfig()
+			cfg.Listen = "127.0.0.1:0"
+			cfg.Admin = natsbus.AdminConfig{Token: "bench-admin"}
+			cfg.Bridges = map[string]natsbus.BridgeConfig{"wx": {Channels: []string{"wechat"}, Token: "bench-wx", MaxMsgsPerSec: natsbus.MaxMsgsPerSecLimit}}
+			bb, err := natsbus.Open(b.Context(), cfg, b.TempDir(), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer bb.Close()
+			ctx, cancel := context.WithCancel(b.Context())
+			received := make(chan struct{}, 1<<16)
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				_ = bb.Consume(ctx, func(d bus.Delivery) {
+					_ = d.Ack()
+					received <- struct{}{}
+				})
+			})
+			defer func() { cancel(); wg.Wait() }()
+
+			opts := []nats.Option{nats.Token("bench-admin")}
+			if viaBridge {
+				opts = []nats.Option{nats.Token("bench-wx"), nats.CustomInboxPrefix(natsbus.BridgeInboxPrefix("wx"))}
+			}
+			nc, err := nats.Connect(bb.ClientURL(), opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				b.Fatal(err)
+			}
+			subject := bb.Subjects().In("wechat", "demo")
+			in := inbound("m", "What's the weather like in Paris tomorrow?")
+			in.Channel = "wechat"
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				in.ID = fmt.Sprint(i)
+				if _, err := js.Publish(ctx, subject, mustJSON(b, in), jetstream.WithMsgID("wechat:"+in.ID)); err != nil {
+					b.Fatal(err)
+				}
+				<-received
+			}
+		})
 	}
 }
