@@ -615,8 +615,19 @@ func (t *turn) call(specs []llm.Tool, extra []llm.Message) (*llm.Response, error
 	msgs = append(msgs, toLLM(sanitize(t.requestContext()))...)
 	msgs = append(msgs, extra...)
 	var text strings.Builder
+	restarts := 0
 	onDelta := func(d llm.Delta) {
 		if t.in.Sink == nil {
+			return
+		}
+		if d.Restart {
+			// The client retries a stream that failed after it had
+			// streamed: what it sent is void. The next delta (a higher
+			// seq) carries the new attempt's text from its start and
+			// replaces the shown one.
+			text.Reset()
+			restarts++
+			t.in.Sink.Event(bus.EventLLMDelta, map[string]any{"restart": true, "restarts": restarts})
 			return
 		}
 		if d.Reasoning != "" {
