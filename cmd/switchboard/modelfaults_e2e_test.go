@@ -63,7 +63,7 @@ type faultModel struct {
 	other int // requests that are not a soak message's (summaries)
 }
 
-func soakText(id string) string   { return "soak " + id + ": what is in my workspace?" }
+func soakText(id string) string { return "soak " + id + ": what is in my workspace?" }
 func soakAnswer(id string) string {
 	return "Answer to " + id + ": your workspace holds the usual folders, and nothing in it has changed since we last looked."
 }
