@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -313,13 +314,7 @@ func TestModelFaultSoak(t *testing.T) {
 	}
 	faulty := 0
 	var kinds []string
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range fm.kinds {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, k := range slices.Sorted(maps.Keys(fm.kinds)) {
 		if k != "ok" {
 			faulty += fm.kinds[k]
 		}
