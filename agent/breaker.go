@@ -11,7 +11,7 @@ import (
 // breakerWindow tool calls of a turn.
 const (
 	breakerWindow         = 50
-	sameCallLimit         = 5 // same tool + args, consecutive calls, success or not → blocked
+	sameCallLimit         = 5 // same tool + args, consecutive calls, success or not (run, served again or rolled back) → the next is blocked; one more → the run stops
 	sameCallFailLimit     = 3 // same tool + args, consecutive failures → blocked
 	sameToolFailLimit     = 6 // same tool, any args, consecutive failures → blocked
 	sameToolAbortLimit    = 8 // same tool, any args, consecutive failures → the run ends
@@ -39,6 +39,9 @@ const (
 	allow verdict = iota
 	block
 	abort
+	// halt: the model repeats a call it was told to stop making; the run
+	// ends with the forced summary.
+	halt
 )
 
 // argsHash hashes the canonical form of JSON arguments (object keys
@@ -88,8 +91,10 @@ func (b *breaker) check(tool, hash string) (verdict, string) {
 		}
 	}
 	switch {
+	case same > sameCallLimit:
+		return halt, fmt.Sprintf("%s was called with the same arguments %d times in a row, again after being told to stop.", tool, same+1)
 	case same >= sameCallLimit:
-		return block, fmt.Sprintf("%s was called with the same arguments %d times in a row. It was not run again: change your approach, or answer with what you have.", tool, same)
+		return block, fmt.Sprintf("%s was called with the same arguments %d times in a row. It was not run again. Stop calling it: answer the user with what you have, or change your approach.", tool, same)
 	case sameFail >= sameCallFailLimit:
 		return block, fmt.Sprintf("%s failed %d times in a row with these arguments. It was not run again: fix the arguments or try another way.", tool, sameFail)
 	case toolFail >= sameToolAbortLimit:
@@ -100,14 +105,20 @@ func (b *breaker) check(tool, hash string) (verdict, string) {
 	return allow, ""
 }
 
-// record adds a call's outcome. It returns true once per turn when the
-// same successful call has now been made repeatedSuccessesHint times in a
-// row, so the caller can tell the model to stop repeating it.
-func (b *breaker) record(tool, hash string, ok bool) (hint bool) {
+// note adds a call to the history without the hint logic (a rolled-back
+// duplicate: made, not answered).
+func (b *breaker) note(tool, hash string, ok bool) {
 	b.hist = append(b.hist, callRecord{tool: tool, args: hash, ok: ok})
 	if len(b.hist) > breakerWindow {
 		b.hist = b.hist[len(b.hist)-breakerWindow:]
 	}
+}
+
+// record adds a call's outcome. It returns true once per turn when the
+// same successful call has now been made repeatedSuccessesHint times in a
+// row, so the caller can tell the model to stop repeating it.
+func (b *breaker) record(tool, hash string, ok bool) (hint bool) {
+	b.note(tool, hash, ok)
 	if !ok || b.hintSent || len(b.hist) < repeatedSuccessesHint {
 		return false
 	}

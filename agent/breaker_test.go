@@ -29,6 +29,20 @@ func TestBreakerRules(t *testing.T) {
 	if v, why := b.check("look", h); v != block || !strings.Contains(why, "5 times") {
 		t.Fatalf("6th identical call: %v %q", v, why)
 	}
+	// A blocked call is recorded as a failure; one more identical call
+	// stops the run. Rolled-back duplicates (note) count like run ones.
+	b.record("look", h, false)
+	if v, why := b.check("look", h); v != halt || !strings.Contains(why, "told to stop") {
+		t.Fatalf("identical call after the block: %v %q", v, why)
+	}
+	var n breaker
+	n.record("look", h, true)
+	for range 4 {
+		n.note("look", h, true)
+	}
+	if v, why := n.check("look", h); v != block || !strings.Contains(why, "Stop calling it") {
+		t.Fatalf("after 1 run and 4 rolled-back duplicates: %v %q", v, why)
+	}
 	// Another call in between breaks the chain.
 	b.record("other", h, true)
 	if v, _ := b.check("look", h); v != allow {

@@ -54,6 +54,8 @@ const (
 	textStopped       = "_(stopped by the user)_"
 	maxStepsPrompt    = "You have used all %d steps allowed for this request. Do not call any tools. " +
 		"Summarise for the user what you did, what you found, and what is still left to do."
+	stuckPrompt = "You stopped making progress: %s Do not call any tools. " +
+		"Summarise for the user what you did, what you found, and what is still left to do."
 	textMaxStepsFallback = "I stopped after %d steps without finishing this request. " +
 		"Ask me to continue, or split the task into smaller steps."
 	nudgePrompt      = "Tell the user the result of the tool calls above, in plain words."
@@ -403,7 +405,9 @@ func answerKey(c llm.ToolCall) string { return c.Name + "\x00" + argsHash([]byte
 
 // rollbackReason says why a reply should be dropped and resampled, or
 // "": a kind for metrics (markup, unknown_tool, duplicate) and a text.
-func (t *turn) rollbackReason(text string, calls []llm.ToolCall) (kind, why string) {
+// A duplicate the breaker would block is not rolled back: the model gets
+// the breaker's error result instead.
+func (t *turn) rollbackReason(text string, calls []llm.ToolCall, finish string) (kind, why string) {
 	if len(calls) == 0 && hasCallMarkup(text, t.isTool) {
 		return "markup", "tool-call markup in the text instead of a tool call"
 	}
@@ -414,10 +418,24 @@ func (t *turn) rollbackReason(text string, calls []llm.ToolCall) (kind, why stri
 	}
 	for _, c := range calls {
 		if _, dup := t.answered[answerKey(c)]; dup {
+			if v, _ := t.br.check(c.Name, t.breakerHash(c, finish)); v != allow {
+				return "", ""
+			}
 			return "duplicate", fmt.Sprintf("exact duplicate of an earlier %s call in this task", c.Name)
 		}
 	}
 	return "", ""
+}
+
+// noteDuplicates records the duplicate calls of a rolled-back reply in the
+// breaker: they were not run, but the model made them, and the breaker
+// counts identical calls however they were answered.
+func (t *turn) noteDuplicates(calls []llm.ToolCall, finish string) {
+	for _, c := range calls {
+		if _, dup := t.answered[answerKey(c)]; dup {
+			t.br.note(c.Name, t.breakerHash(c, finish), true)
+		}
+	}
 }
 
 // resampleTemperature is the temperature of a call that resamples a
@@ -471,7 +489,18 @@ func (t *turn) loop() error {
 			return nil
 		}
 		calls := uniqueIDs(resp.ToolCalls)
-		if kind, why := t.rollbackReason(resp.Text, calls); why != "" && t.rollbacks < e.opt.MaxRollbacks {
+		if stuck, why := t.stuck(calls, resp.FinishReason); stuck {
+			// The reply is dropped (nothing of it is stored or run).
+			e.opt.Observer.BreakerTrip("abort")
+			t.log.Warn("model repeats a blocked call; ending the run", "reason", why)
+			t.event("circuit_breaker", map[string]any{"reason": why, "attempt": t.attempts, "subagent": t.subName})
+			t.stuckSummary(why)
+			return nil
+		}
+		if kind, why := t.rollbackReason(resp.Text, calls, resp.FinishReason); why != "" && t.rollbacks < e.opt.MaxRollbacks {
+			if kind == "duplicate" {
+				t.noteDuplicates(calls, resp.FinishReason)
+			}
 			e.opt.Observer.Rollback(kind)
 			t.rollbacks++
 			t.steps--
@@ -615,8 +644,19 @@ func (t *turn) call(specs []llm.Tool, extra []llm.Message) (*llm.Response, error
 	msgs = append(msgs, toLLM(sanitize(t.requestContext()))...)
 	msgs = append(msgs, extra...)
 	var text strings.Builder
+	restarts := 0
 	onDelta := func(d llm.Delta) {
 		if t.in.Sink == nil {
+			return
+		}
+		if d.Restart {
+			// The client retries a stream that failed after it had
+			// streamed: what it sent is void. The next delta (a higher
+			// seq) carries the new attempt's text from its start and
+			// replaces the shown one.
+			text.Reset()
+			restarts++
+			t.in.Sink.Event(bus.EventLLMDelta, map[string]any{"restart": true, "restarts": restarts})
 			return
 		}
 		if d.Reasoning != "" {
@@ -668,17 +708,40 @@ func (t *turn) fail(err error) {
 // temporary instruction that is never stored.
 func (t *turn) forcedSummary() {
 	n := t.maxSteps
-	extra := []llm.Message{{Role: llm.RoleUser, Content: fmt.Sprintf(maxStepsPrompt, n)}}
-	text := ""
-	if t.guard(nil, extra) {
-		if resp, err := t.callRecovering(nil, extra); err == nil {
-			text = cleanReply(resp.Text, t.isTool)
-		}
-	}
+	text := t.summaryCall(fmt.Sprintf(maxStepsPrompt, n))
 	if text == "" {
 		text = fmt.Sprintf(textMaxStepsFallback, n)
 	}
 	t.finalText(text, bus.KindReply, StopMaxSteps)
+}
+
+// stuckSummary ends a run whose model repeats a call the breaker blocked:
+// a user turn gets the forced summary (one call without tools); a
+// sub-agent goes on to its report.
+func (t *turn) stuckSummary(why string) {
+	if t.subName != "" {
+		t.res.StopReason = StopCircuitBreaker
+		return
+	}
+	if text := t.summaryCall(fmt.Sprintf(stuckPrompt, why)); text != "" {
+		t.finalText(text, bus.KindReply, StopCircuitBreaker)
+		return
+	}
+	t.finalText(fmt.Sprintf(textBreakerStop, "I kept repeating the same step."), bus.KindError, StopCircuitBreaker)
+}
+
+// summaryCall makes one call without tools with a temporary instruction
+// that is never stored, and returns its cleaned text ("" on failure).
+func (t *turn) summaryCall(prompt string) string {
+	extra := []llm.Message{{Role: llm.RoleUser, Content: prompt}}
+	if !t.guard(nil, extra) {
+		return ""
+	}
+	resp, err := t.callRecovering(nil, extra)
+	if err != nil {
+		return ""
+	}
+	return cleanReply(resp.Text, t.isTool)
 }
 
 // runPostTurn runs the post-turn tools (never offered to the model) with

@@ -53,19 +53,44 @@ func (t *turn) prepare(c llm.ToolCall, finish string) prepared {
 	if p.err != "" {
 		return p
 	}
-	if prev, ok := t.answered[answerKey(c)]; ok {
-		p.dup = prev
-		return p
-	}
+	// The breaker comes first: a duplicate that is not run again still
+	// counts as a call (cowagent.md §1.8).
 	switch v, why := t.br.check(c.Name, p.hash); v {
-	case block:
+	case block, halt: // halt within one step: the loop ends the run on the next
 		t.e.opt.Observer.BreakerTrip("block")
 		p.err = why
+		return p
 	case abort:
 		t.e.opt.Observer.BreakerTrip("abort")
 		p.err, p.stop = why, true
+		return p
+	}
+	if prev, ok := t.answered[answerKey(c)]; ok {
+		p.dup = prev
 	}
 	return p
+}
+
+// breakerHash is the hash prepare gives c for the breaker: of its fixed
+// arguments when they parse, of the raw text otherwise.
+func (t *turn) breakerHash(c llm.ToolCall, finish string) string {
+	args, reason := normaliseArgs(c.Arguments, finish)
+	if reason != "" || len(c.Arguments) > maxArgBytes {
+		return argsHash([]byte(c.Arguments))
+	}
+	args, _ = fixArgs(t.ts.schemas[c.Name], t.ts.aliases[c.Name], args)
+	return argsHash(args)
+}
+
+// stuck reports whether the breaker ends the run because the model repeats
+// a call it was told to stop making, and why.
+func (t *turn) stuck(calls []llm.ToolCall, finish string) (bool, string) {
+	for _, c := range calls {
+		if v, why := t.br.check(c.Name, t.breakerHash(c, finish)); v == halt {
+			return true, why
+		}
+	}
+	return false, ""
 }
 
 // runTools runs the calls of one step and appends exactly one result per

@@ -186,18 +186,22 @@ func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
 //
 // Each attempt is bounded by Config.RequestTimeout, and aborted with
 // ErrIdle when no byte arrives for Config.IdleTimeout (waiting for the
-// response headers included). Failed attempts (429
-// honouring Retry-After up to one minute, 408, 5xx, network errors,
-// ErrIdle, ErrTruncated) are retried up to Config.MaxRetries times — but
-// only while onDelta has not been called yet; after that the error is
-// returned and the caller decides.
+// response headers included). Failed attempts (429 honouring Retry-After
+// up to one minute, 408, 5xx, network errors and connection resets,
+// ErrIdle, ErrTruncated) are retried up to Config.MaxRetries times with
+// the backoff policy — also when the failed attempt had already streamed
+// text (a stream cut or stalled mid-way): before the retry, onDelta gets a
+// Delta with Restart set, which voids everything it received before in
+// this call, and the new attempt streams from the start. Tool calls and
+// reasoning of a failed attempt are never returned.
 //
 // Errors: ErrNotConfigured (no I/O happens), ErrContextOverflow (wrapped in
 // an *APIError when the server answered; never retried), *APIError for
 // non-2xx answers and mid-stream errors (Status 0), ErrIdle, ErrTruncated,
 // and ctx's error when ctx ends. All are wrapped: use errors.Is/As. On
-// error the returned Response is nil, except after onDelta was called: then
-// it holds what was assembled before the failure.
+// error the returned Response is nil, except when the last attempt called
+// onDelta: then it holds what that attempt assembled before the failure
+// (a /stop keeps the text the user saw).
 func (c *Client) Stream(ctx context.Context, req Request, onDelta func(Delta)) (*Response, error) {
 	if !c.cfg.Configured() {
 		return nil, fmt.Errorf("llm: stream: %w", ErrNotConfigured)
@@ -211,25 +215,27 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(Delta)) (
 		if ae.err == nil {
 			return resp, nil
 		}
-		if emitted {
-			return resp, ae.err
-		}
 		if !ae.retryable || attempt >= c.cfg.MaxRetries {
 			if attempt > 0 {
-				return nil, fmt.Errorf("llm: giving up after %d attempts: %w", attempt+1, ae.err)
+				return resp, fmt.Errorf("llm: giving up after %d attempts: %w", attempt+1, ae.err)
 			}
-			return nil, ae.err
+			return resp, ae.err
 		}
 		wait := ae.wait
 		if wait <= 0 {
 			wait = c.backoff(attempt+1, ae.limited)
+		}
+		if emitted {
+			// The consumer drops what this attempt streamed; the next
+			// attempt's deltas replace it.
+			onDelta(Delta{Restart: true})
 		}
 		if req.OnRetry != nil {
 			req.OnRetry(attempt+1, wait, ae.err)
 		}
 		c.log.WarnContext(ctx, "llm call failed; retrying",
 			"model", wire.Model, "attempt", attempt+1, "max_retries", c.cfg.MaxRetries,
-			"wait", wait, "err", ae.err)
+			"wait", wait, "streamed", emitted, "err", ae.err)
 		if err := c.sleep(ctx, wait); err != nil {
 			return nil, fmt.Errorf("llm: waiting to retry: %w", err)
 		}

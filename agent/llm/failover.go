@@ -19,10 +19,12 @@ type Streamer interface {
 // Failover streams from the first healthy endpoint of a list: the primary
 // first, then llm.fallbacks in order. An endpoint whose call fails for
 // reasons of its own (retries exhausted on 429, 5xx, timeouts, network
-// errors) is skipped for the cool-down period; requests return to it
-// afterwards. Errors that another endpoint would repeat (a bad request, a
-// context overflow, cancellation) and failures after text was streamed are
-// returned as they are. Safe for concurrent use.
+// errors, cut streams) is skipped for the cool-down period; requests return
+// to it afterwards. When the failed endpoint had streamed something, the
+// caller's onDelta gets a Delta with Restart set before the next endpoint
+// streams. Errors that another endpoint would repeat (a bad request, a
+// context overflow, cancellation) are returned as they are. Safe for
+// concurrent use.
 type Failover struct {
 	eps      []Streamer
 	cooldown time.Duration
@@ -51,19 +53,30 @@ func (f *Failover) Stream(ctx context.Context, req Request, onDelta func(Delta))
 	order := f.order()
 	var errs []error
 	for n, i := range order {
-		resp, err := f.eps[i].Stream(ctx, req, onDelta)
+		emitted := false
+		on := onDelta
+		if onDelta != nil {
+			on = func(d Delta) {
+				emitted = !d.Restart
+				onDelta(d)
+			}
+		}
+		resp, err := f.eps[i].Stream(ctx, req, on)
 		if err == nil {
 			if n > 0 || i > 0 {
 				f.log.InfoContext(ctx, "answered by a fallback model", "model", f.eps[i].Model())
 			}
 			return resp, nil
 		}
-		if resp != nil || !endpointFailure(ctx, err) {
+		if !endpointFailure(ctx, err) {
 			return resp, err
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", f.eps[i].Model(), err))
 		f.markDown(i)
 		if n+1 < len(order) {
+			if emitted {
+				onDelta(Delta{Restart: true})
+			}
 			f.log.WarnContext(ctx, "model endpoint failing; trying the next one", "model", f.eps[i].Model(),
 				"next", f.eps[order[n+1]].Model(), "cooldown", f.cooldown, "err", err)
 		}

@@ -4,20 +4,25 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 )
 
 type stubStreamer struct {
-	name  string
-	calls int
-	err   error
-	resp  *Response
+	name   string
+	calls  int
+	err    error
+	resp   *Response
+	stream string // streamed to onDelta first, when set
 }
 
 func (s *stubStreamer) Model() string { return s.name }
-func (s *stubStreamer) Stream(context.Context, Request, func(Delta)) (*Response, error) {
+func (s *stubStreamer) Stream(_ context.Context, _ Request, onDelta func(Delta)) (*Response, error) {
 	s.calls++
+	if s.stream != "" && onDelta != nil {
+		onDelta(Delta{Text: s.stream})
+	}
 	if s.err != nil {
 		return s.resp, s.err
 	}
@@ -58,11 +63,17 @@ func TestFailoverKeepsNonEndpointErrors(t *testing.T) {
 			t.Fatalf("%v: got %v, backup calls %d", err, got, backup.calls)
 		}
 	}
-	// A failure after text was streamed is not retried elsewhere.
-	primary := &stubStreamer{name: "p", err: ErrIdle, resp: &Response{Text: "part"}}
-	backup := &stubStreamer{name: "b"}
-	if resp, err := NewFailover(nil, time.Minute, primary, backup).Stream(t.Context(), Request{}, nil); resp.Text != "part" || err == nil || backup.calls != 0 {
-		t.Fatalf("partial: %+v %v", resp, err)
+	// A failure after text was streamed goes to the next endpoint too; the
+	// consumer is told to drop what it got.
+	primary := &stubStreamer{name: "p", err: ErrIdle, resp: &Response{Text: "part"}, stream: "part"}
+	backup := &stubStreamer{name: "b", stream: "b"}
+	var got []Delta
+	resp, err := NewFailover(nil, time.Minute, primary, backup).Stream(t.Context(), Request{}, func(d Delta) { got = append(got, d) })
+	if err != nil || resp.Text != "b" || backup.calls != 1 {
+		t.Fatalf("partial: %+v %v, backup calls %d", resp, err, backup.calls)
+	}
+	if want := []Delta{{Text: "part"}, {Restart: true}, {Text: "b"}}; !slices.Equal(got, want) {
+		t.Errorf("deltas %+v, want %+v", got, want)
 	}
 	// All failing: every error is reported.
 	a, b := &stubStreamer{name: "a", err: ErrIdle}, &stubStreamer{name: "b", err: ErrTruncated}

@@ -1,7 +1,8 @@
 // Package llm is Switchboard's client for OpenAI-compatible chat completion
 // endpoints: streaming, tool calls assembled by index, reasoning content,
 // an idle-stream watchdog and retries (429 with Retry-After, 5xx, network
-// errors before the first token).
+// errors, and streams cut or stalled mid-way: a retried stream restarts,
+// see [Delta.Restart]).
 //
 // The request and response types here are the runtime's own; the go-openai
 // wire types stay inside this package. A scripted, OpenAI-compatible test
@@ -94,6 +95,12 @@ type Response struct {
 type Delta struct {
 	Text      string // new content text
 	Reasoning string // new reasoning text
+	// Restart reports that the stream starts over (a retry after an attempt
+	// that had already streamed, or a fallback endpoint taking over): drop
+	// the text and reasoning received so far in this call; later deltas
+	// stream the new attempt from its beginning. Text and Reasoning are
+	// empty in a restart delta.
+	Restart bool
 }
 
 // Config configures the client (YAML section "llm").

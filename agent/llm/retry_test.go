@@ -148,37 +148,104 @@ func TestMidStreamError(t *testing.T) {
 	}
 }
 
-func TestNoRetryAfterDeltas(t *testing.T) {
+// TestRetryAfterDeltas: a stream cut, stalled or reset after it streamed
+// text is retried like one that failed before its first byte; the consumer
+// is told to drop what it got (a Restart delta) and the answer is the
+// retried stream's alone.
+func TestRetryAfterDeltas(t *testing.T) {
 	tests := []struct {
 		name  string
 		reply llmtest.Reply
-		want  error
 		idle  time.Duration
 	}{
-		{"truncated", llmtest.Reply{Text: "partial answer", Truncate: true}, llm.ErrTruncated, 10 * time.Second},
-		{"mid-stream error", llmtest.Reply{Text: "partial answer", MidStreamError: "boom"}, nil, 10 * time.Second},
-		{"idle", llmtest.Reply{Text: "partial answer", Stall: true}, llm.ErrIdle, 50 * time.Millisecond},
+		{"truncated", llmtest.Reply{Text: "partial ans", Reasoning: "hmm", Truncate: true}, 10 * time.Second},
+		{"idle", llmtest.Reply{Text: "partial ans", Reasoning: "hmm", Stall: true}, 200 * time.Millisecond},
+		{"connection reset", llmtest.Reply{Text: "partial ans", Reasoning: "hmm", Reset: true}, 10 * time.Second},
+		{"cut mid tool call", llmtest.Reply{Text: "partial ans", ToolCalls: []llmtest.ToolCall{{Name: "f", Arguments: `{"a":`}}, Truncate: true}, 10 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, c, sl := setup(t, func(c *llm.Config) { c.IdleTimeout = tt.idle })
-			s.Enqueue(tt.reply, llmtest.TextReply("never"))
-			var d deltas
-			resp, err := c.Stream(t.Context(), userReq("x"), d.on)
-			if err == nil {
-				t.Fatal("Stream succeeded, want an error")
+			s.Enqueue(tt.reply, llmtest.Reply{Text: "partial answer, whole", Reasoning: "thought"})
+			var got []llm.Delta
+			resp, err := c.Stream(t.Context(), userReq("x"), func(d llm.Delta) { got = append(got, d) })
+			if err != nil {
+				t.Fatalf("Stream: %v", err)
 			}
-			var ae *llm.APIError
-			if tt.want != nil && !errors.Is(err, tt.want) || tt.want == nil && !errors.As(err, &ae) {
-				t.Errorf("err = %v, want %v", err, tt.want)
+			if resp.Text != "partial answer, whole" || resp.Reasoning != "thought" || len(resp.ToolCalls) != 0 {
+				t.Errorf("response = %+v; want the retried stream's answer alone", resp)
 			}
-			if s.RequestCount() != 1 || len(sl.got()) != 0 {
-				t.Errorf("requests %d waits %v; want 1 request, no retry", s.RequestCount(), sl.got())
+			if s.RequestCount() != 2 || len(sl.got()) != 1 {
+				t.Errorf("requests %d waits %v; want 2 requests, one backoff", s.RequestCount(), sl.got())
 			}
-			if resp == nil || resp.Text != "partial answer" || strings.Join(d.text, "") != "partial answer" {
-				t.Errorf("partial response = %+v, deltas %q; want the partial text", resp, d.text)
+			// What the consumer assembles after the last restart is the answer.
+			var text, reasoning strings.Builder
+			restarts := 0
+			for _, d := range got {
+				if d.Restart {
+					restarts++
+					text.Reset()
+					reasoning.Reset()
+					if d.Text != "" || d.Reasoning != "" {
+						t.Errorf("restart delta carries text: %+v", d)
+					}
+					continue
+				}
+				text.WriteString(d.Text)
+				reasoning.WriteString(d.Reasoning)
+			}
+			if restarts != 1 || text.String() != resp.Text || reasoning.String() != resp.Reasoning {
+				t.Errorf("%d restarts, assembled %q / %q; want 1 and the answer", restarts, text.String(), reasoning.String())
 			}
 		})
+	}
+	t.Run("exhausted", func(t *testing.T) {
+		s, c, _ := setup(t, func(c *llm.Config) { c.MaxRetries = 2 })
+		cut := llmtest.Reply{Text: "partial", Truncate: true}
+		s.Enqueue(cut, cut, cut, llmtest.TextReply("never"))
+		var d deltas
+		restarts := 0
+		resp, err := c.Stream(t.Context(), userReq("x"), func(x llm.Delta) {
+			if x.Restart {
+				restarts++
+				return
+			}
+			d.on(x)
+		})
+		if !errors.Is(err, llm.ErrTruncated) || !strings.Contains(err.Error(), "giving up after 3 attempts") {
+			t.Fatalf("err = %v, want ErrTruncated after 3 attempts", err)
+		}
+		if s.RequestCount() != 3 || restarts != 2 {
+			t.Errorf("requests %d restarts %d; want 3 and 2", s.RequestCount(), restarts)
+		}
+		// The last attempt's partial text is returned (a /stop keeps it).
+		if resp == nil || resp.Text != "partial" {
+			t.Errorf("partial response = %+v", resp)
+		}
+	})
+	t.Run("mid-stream error event is not retried", func(t *testing.T) {
+		s, c, _ := setup(t, nil)
+		s.Enqueue(llmtest.Reply{Text: "partial answer", MidStreamError: "boom"}, llmtest.TextReply("never"))
+		var d deltas
+		resp, err := c.Stream(t.Context(), userReq("x"), d.on)
+		var ae *llm.APIError
+		if !errors.As(err, &ae) || s.RequestCount() != 1 {
+			t.Fatalf("err = %v after %d requests; want the APIError, no retry", err, s.RequestCount())
+		}
+		if resp == nil || resp.Text != "partial answer" {
+			t.Errorf("partial response = %+v", resp)
+		}
+	})
+}
+
+// TestConnectionResetRetried: a connection reset before any response is a
+// network error and retried.
+func TestConnectionResetRetried(t *testing.T) {
+	s, c, sl := setup(t, nil)
+	s.Enqueue(llmtest.Reply{Reset: true}, llmtest.TextReply("ok"))
+	resp, err := c.Stream(t.Context(), userReq("x"), nil)
+	if err != nil || resp.Text != "ok" || len(sl.got()) != 1 {
+		t.Fatalf("got %+v, %v, waits %v; want ok after one retry", resp, err, sl.got())
 	}
 }
 

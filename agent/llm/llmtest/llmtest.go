@@ -7,7 +7,8 @@
 // (EchoResponder, DemoResponder or your own); with neither, a request gets a
 // 500 error saying the script is exhausted. Replies can also fail in the
 // ways real servers do: HTTP errors with Retry-After, context overflow,
-// mid-stream errors, truncated or stalled streams, slow first bytes.
+// mid-stream errors, truncated or stalled streams, connection resets, slow
+// first bytes.
 //
 // [Handler] is a plain http.Handler, usable outside tests (cmd/fakellm and
 // "switchboard demo" serve it); [NewServer] wraps it in an httptest server
@@ -93,8 +94,15 @@ type Reply struct {
 	// and without [DONE].
 	Truncate bool
 	// Stall sends the content, then nothing more, holding the connection
-	// until the request is cancelled or the handler closed.
+	// until the request is cancelled or the handler closed (a client's
+	// idle watchdog should give up on it).
 	Stall bool
+	// Reset sends the content, then resets the TCP connection (the server
+	// hijacks it and closes it with SO_LINGER 0): the client sees
+	// "connection reset by peer" mid-stream. A Reset reply with no content
+	// (no Text, Reasoning, ToolCalls or RawChunks) resets the connection
+	// before any response, as a crashing upstream does.
+	Reset bool
 	// Empty is an answer with no content and no tool calls that finishes
 	// with "stop" (the zero Reply does the same; Empty says so).
 	Empty bool
@@ -241,6 +249,7 @@ type Handler struct {
 	recordLimit int // -1: unlimited
 	models      []string
 	idSalt      uint32
+	strict      bool
 	closed      chan struct{}
 	closeOnce   sync.Once
 
@@ -250,6 +259,8 @@ type Handler struct {
 	requests  []Request
 	count     int
 	changed   chan struct{} // closed on the next request; nil when nobody waits
+	// violations of the requests a strict handler refused
+	violations []string
 }
 
 // NewHandler returns a handler with an empty script.
@@ -420,6 +431,15 @@ func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "", `llmtest: only streaming requests ("stream": true) are supported`)
 		return
 	}
+	if h.strict {
+		if err := Validate(&req.Body); err != nil {
+			h.mu.Lock()
+			h.recordLocked(&req)
+			h.mu.Unlock()
+			h.refuse(w, &req, err)
+			return
+		}
+	}
 	rep, ok := h.next(&req)
 	if !ok {
 		writeError(w, http.StatusInternalServerError, "script_exhausted",
@@ -433,6 +453,25 @@ func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) {
 // responder's answer. ok is false when there is neither.
 func (h *Handler) next(req *Request) (rep Reply, ok bool) {
 	h.mu.Lock()
+	h.recordLocked(req)
+	var responder Responder
+	if len(h.queue) > 0 {
+		rep, ok = h.queue[0], true
+		h.queue[0] = Reply{}
+		h.queue = h.queue[1:]
+	} else {
+		responder = h.responder
+	}
+	h.mu.Unlock()
+	if responder != nil {
+		return responder(req), true
+	}
+	return rep, ok
+}
+
+// recordLocked counts and records req, giving it its Seq, and wakes
+// WaitRequests. h.mu is held.
+func (h *Handler) recordLocked(req *Request) {
 	h.count++
 	req.Seq = h.count
 	switch {
@@ -448,19 +487,6 @@ func (h *Handler) next(req *Request) (rep Reply, ok bool) {
 		close(h.changed)
 		h.changed = nil
 	}
-	var responder Responder
-	if len(h.queue) > 0 {
-		rep, ok = h.queue[0], true
-		h.queue[0] = Reply{}
-		h.queue = h.queue[1:]
-	} else {
-		responder = h.responder
-	}
-	h.mu.Unlock()
-	if responder != nil {
-		return responder(req), true
-	}
-	return rep, ok
 }
 
 // writeError answers with an OpenAI error envelope.

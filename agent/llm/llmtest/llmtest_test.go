@@ -748,3 +748,75 @@ func TestKeepAliveComments(t *testing.T) {
 		t.Errorf("stream after keep-alives = %q", after)
 	}
 }
+
+func TestResetReplies(t *testing.T) {
+	s := NewServer(t)
+	// Mid-stream: the content arrives, then the body read fails.
+	s.Enqueue(Reply{Text: "partial", Reset: true}, Reply{Reset: true})
+	resp := post(t, s, chatBody)
+	body, err := io.ReadAll(resp.Body)
+	if err == nil || !strings.Contains(string(body), `"content":"partial"`) || strings.Contains(string(body), "[DONE]") {
+		t.Fatalf("mid-stream reset: body %q, err %v; want the content, then a read error", body, err)
+	}
+	// Before any response: the request itself fails.
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.URL()+"/chat/completions", strings.NewReader(chatBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.HTTPClient().Do(req); err == nil {
+		r.Body.Close()
+		t.Fatalf("reset before the response: got status %d, want a transport error", r.StatusCode)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	call := func(id, args string) openai.ToolCall {
+		return openai.ToolCall{ID: id, Type: openai.ToolTypeFunction, Function: openai.FunctionCall{Name: "f", Arguments: args}}
+	}
+	user := openai.ChatCompletionMessage{Role: "user", Content: "hi"}
+	asst := func(cs ...openai.ToolCall) openai.ChatCompletionMessage {
+		return openai.ChatCompletionMessage{Role: "assistant", ToolCalls: cs}
+	}
+	tool := func(id, text string) openai.ChatCompletionMessage {
+		return openai.ChatCompletionMessage{Role: "tool", ToolCallID: id, Content: text}
+	}
+	tests := []struct {
+		name string
+		msgs []openai.ChatCompletionMessage
+		want string // "" valid
+	}{
+		{"plain", []openai.ChatCompletionMessage{user}, ""},
+		{"answered in any order", []openai.ChatCompletionMessage{user, asst(call("a", "{}"), call("b", `{"x":1}`)), tool("b", "r"), tool("a", "r"), user}, ""},
+		{"empty", nil, "must not be empty"},
+		{"orphan result", []openai.ChatCompletionMessage{user, tool("a", "r")}, "must be a response"},
+		{"unanswered", []openai.ChatCompletionMessage{user, asst(call("a", "{}"), call("b", "{}")), tool("a", "r"), user}, "1 unanswered"},
+		{"last unanswered", []openai.ChatCompletionMessage{user, asst(call("a", "{}"))}, "1 unanswered"},
+		{"wrong id", []openai.ChatCompletionMessage{user, asst(call("a", "{}")), tool("z", "r")}, "answers no pending"},
+		{"answered twice", []openai.ChatCompletionMessage{user, asst(call("a", "{}")), tool("a", "r"), tool("a", "r")}, "answers no pending"},
+		{"empty result", []openai.ChatCompletionMessage{user, asst(call("a", "{}")), tool("a", " ")}, "no content"},
+		{"cut arguments", []openai.ChatCompletionMessage{user, asst(call("a", `{"x":`)), tool("a", "r")}, "not a JSON object"},
+		{"duplicate id", []openai.ChatCompletionMessage{user, asst(call("a", "{}")), tool("a", "r"), asst(call("a", "{}")), tool("a", "r")}, "duplicate tool call id"},
+	}
+	for _, tt := range tests {
+		err := Validate(&openai.ChatCompletionRequest{Model: "m", Messages: tt.msgs})
+		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("%s: Validate = %v, want %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+func TestStrictRefusesInvalidRequests(t *testing.T) {
+	s := NewServer(t, WithStrict())
+	s.Enqueue(TextReply("ok"))
+	bad := `{"model":"m1","stream":true,"messages":[{"role":"user","content":"hi"},{"role":"tool","tool_call_id":"x","content":"r"}]}`
+	if resp := post(t, s, bad); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("invalid request: status %d, want 400", resp.StatusCode)
+	}
+	if v := s.Violations(); len(v) != 1 || !strings.HasPrefix(v[0], "request 1: ") {
+		t.Fatalf("violations = %q", v)
+	}
+	// The script was not consumed by the refused request.
+	if resp := post(t, s, chatBody); resp.StatusCode != http.StatusOK || s.Pending() != 0 || s.RequestCount() != 2 {
+		t.Fatalf("valid request: status %d, pending %d, count %d", resp.StatusCode, s.Pending(), s.RequestCount())
+	}
+}

@@ -2,6 +2,7 @@ package llmtest
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -27,6 +28,10 @@ func (h *Handler) reply(w http.ResponseWriter, r *http.Request, req *Request, re
 			return
 		}
 	} else if !h.wait(ctx.Done(), h.latency+rep.Delay) {
+		return
+	}
+	if rep.Reset && rep.Status == 0 && rep.Text == "" && rep.Reasoning == "" && len(rep.ToolCalls) == 0 && len(rep.RawChunks) == 0 {
+		reset(w)
 		return
 	}
 	if rep.Status != 0 {
@@ -81,6 +86,9 @@ func (h *Handler) reply(w http.ResponseWriter, r *http.Request, req *Request, re
 		case <-h.closed:
 		}
 		return
+	case rep.Reset:
+		reset(w)
+		return
 	case rep.Truncate:
 		return
 	}
@@ -100,6 +108,22 @@ func (h *Handler) reply(w http.ResponseWriter, r *http.Request, req *Request, re
 		}
 	}
 	s.write(append(s.buf[:0], "data: [DONE]\n\n"...))
+}
+
+// reset flushes what was written and resets the connection: it is hijacked
+// and closed with SO_LINGER 0, so the peer gets an RST. When the connection
+// cannot be hijacked (HTTP/2), the handler panics with
+// http.ErrAbortHandler, which aborts the stream.
+func reset(w http.ResponseWriter) {
+	conn, buf, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	_ = buf.Flush()
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = conn.Close()
 }
 
 // writeStreamHeader sends the 200 status and the SSE headers.
