@@ -113,6 +113,9 @@ func SplitList(n *yaml.Node, what string) ([]string, error) {
 type Metrics interface {
 	PlatformSend(channel, status string)
 	RateLimitWait(channel string)
+	// OutboundDuplicate counts an outbound envelope not shown because its
+	// id was already shown (a final re-published after a daemon crash).
+	OutboundDuplicate(channel string)
 }
 
 // NopMetrics discards measurements.
@@ -123,3 +126,6 @@ func (NopMetrics) PlatformSend(string, string) {}
 
 // RateLimitWait implements Metrics.
 func (NopMetrics) RateLimitWait(string) {}
+
+// OutboundDuplicate implements Metrics.
+func (NopMetrics) OutboundDuplicate(string) {}

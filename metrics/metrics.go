@@ -42,6 +42,7 @@ type Metrics struct {
 	inFlight     prometheus.Gauge
 	rateWaits    *prometheus.CounterVec
 	platform     *prometheus.CounterVec
+	outDups      *prometheus.CounterVec
 
 	mu       sync.Mutex
 	channels map[string]bool
@@ -84,6 +85,9 @@ func New() *Metrics {
 		Help: "Waits imposed by platform rate limits, by channel."}, []string{"channel"})
 	m.platform = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_platform_sends_total",
 		Help: "Messages sent to chat platforms by channel adapters, by channel and status (ok, retry, failed)."}, []string{"channel", "status"})
+	m.outDups = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_outbound_duplicates_suppressed_total",
+		Help: "Outbound messages a channel adapter did not show again because their id was already shown (a final re-published after a crash), by channel."}, []string{"channel"})
+	f(m.outDups)
 	for _, c := range []prometheus.Collector{m.inbound, m.outbound, m.turns, m.turnDuration, m.llmRequests, m.llmTokens,
 		m.llmDuration, m.toolCalls, m.toolDuration, m.breakerTrips, m.rollbacks, m.commit, m.inFlight, m.rateWaits, m.platform} {
 		f(c)
@@ -156,6 +160,12 @@ func (m *Metrics) RateLimitWait(channel string) {
 // PlatformSend counts a send to a chat platform by a channel adapter.
 func (m *Metrics) PlatformSend(channel, status string) {
 	m.platform.WithLabelValues(m.channel(channel), status).Inc()
+}
+
+// OutboundDuplicate counts an outbound message a channel adapter dropped
+// because its id was already shown (channels.Metrics).
+func (m *Metrics) OutboundDuplicate(channel string) {
+	m.outDups.WithLabelValues(m.channel(channel)).Inc()
 }
 
 // Commit records one history store commit.

@@ -14,7 +14,13 @@
 //     pull consumer on the outbound stream and calls a [Handler] for every
 //     outbound envelope, in order within each conversation, concurrently
 //     across conversations, acknowledging each message only after the
-//     handler succeeded.
+//     handler succeeded. [Client.SubscribeOutbound] does the same over a
+//     plain core subscription (no catch-up, no acknowledgements).
+//   - Either way an outbound envelope whose id was already shown (a final
+//     the daemon published again after a crash, docs/bus-protocol.md §5) is
+//     dropped (and acknowledged) without calling the handler: the ids are
+//     remembered in a bounded in-memory set ([Options.SeenTTL],
+//     [Options.SeenMax]) and, with [Options.SeenStore], across restarts.
 //
 // Build a Client with [New] over a connection the caller owns (an adapter
 // inside the daemon) or with [Dial] for an external process (the Client owns
@@ -149,6 +155,23 @@ type Options struct {
 	Backoff Backoff
 	// Log receives the client's log lines; nil discards them.
 	Log *slog.Logger
+
+	// SeenStore, when set, persists the ids of the outbound envelopes
+	// shown, so that one the daemon publishes again with the same id is
+	// dropped across restarts of the bridge too (see [SeenStore]); nil
+	// remembers them in memory only.
+	SeenStore SeenStore
+	// SeenTTL is how long the in-memory set remembers a shown outbound id
+	// (default [DefaultSeenTTL]); keep it at least the daemon's
+	// bus.out_retention.
+	SeenTTL time.Duration
+	// SeenMax bounds the ids the in-memory set remembers (default
+	// [DefaultSeenMax]); the oldest is forgotten first.
+	SeenMax int
+	// OnDuplicate, when set, is called for every outbound envelope dropped
+	// because its id was already shown (a metric). It must be cheap and
+	// safe for concurrent use.
+	OnDuplicate func(out bus.Outbound)
 }
 
 // withDefaults validates o and fills in the defaults.
@@ -183,6 +206,12 @@ func (o Options) withDefaults() (Options, error) {
 		o.MaxWorkers = DefaultMaxWorkers
 	case o.MaxWorkers < 0:
 		errs = append(errs, fmt.Errorf("Options.MaxWorkers: must not be negative, got %d", o.MaxWorkers))
+	}
+	if o.SeenTTL < 0 {
+		errs = append(errs, fmt.Errorf("Options.SeenTTL: must not be negative, got %s", o.SeenTTL))
+	}
+	if o.SeenMax < 0 {
+		errs = append(errs, fmt.Errorf("Options.SeenMax: must not be negative, got %d", o.SeenMax))
 	}
 	if o.Backoff == nil {
 		o.Backoff = ExponentialBackoff(DefaultRetryMin, DefaultRetryMax)
@@ -298,6 +327,7 @@ type Client struct {
 	log  *slog.Logger
 	nc   *nats.Conn
 	js   jetstream.JetStream
+	seen *dedup // outbound ids already shown
 
 	owned      bool          // the client dialled nc and closes it
 	connClosed chan struct{} // closed by nc's ClosedHandler (owned only)
@@ -336,6 +366,7 @@ func newClient(o Options) *Client {
 		opts: o,
 		subj: bus.Subjects{Prefix: o.SubjectPrefix},
 		log:  o.Log.With("component", "bridge", "channel", o.Channel),
+		seen: newDedup(o),
 	}
 }
 

@@ -37,10 +37,13 @@ const (
 // [ErrPermanent], in which case the message is logged and acknowledged.
 // The handler must return promptly once ctx is cancelled; the message is
 // then delivered again by the next ConsumeOutbound. Delivery is
-// at-least-once: after a crash or a lost acknowledgement a handler may see
-// an envelope again, and the protocol's rules apply (ignore a delta whose
-// seq is not above the last one handled for its in_reply_to, or that comes
-// after the final).
+// at-least-once, but a final, reply, notice or error whose id was already
+// shown ([Remembered]) is dropped by the kit and never reaches the handler
+// twice, unless the bridge died between the handler's success and the
+// kit's record of it (a [SeenStore] keeps the record across restarts).
+// For the rest the protocol's rules apply (ignore a delta whose seq is not
+// above the last one handled for its in_reply_to, or that comes after the
+// final).
 type Handler func(ctx context.Context, out bus.Outbound) error
 
 // ConsumeOutbound delivers the outbound envelopes of the client's channel

@@ -3,7 +3,6 @@ package bridge
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"maps"
@@ -84,20 +83,8 @@ func (d *dispatcher) receive(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	it := &item{seq: md.Sequence.Stream, msg: m}
-	if err := json.Unmarshal(m.Data(), &it.out); err != nil {
-		d.term(ctx, m, it.seq, "not a JSON outbound envelope: "+err.Error())
-		return
-	}
-	if err := it.out.Validate(); err != nil {
+	if it.out, err = d.c.decodeOutbound(m.Data(), m.Subject()); err != nil {
 		d.term(ctx, m, it.seq, err.Error())
-		return
-	}
-	if it.out.Channel != d.c.opts.Channel {
-		d.term(ctx, m, it.seq, "envelope channel "+it.out.Channel+" is not "+d.c.opts.Channel)
-		return
-	}
-	if want := d.c.subj.Out(it.out.Channel, it.out.ChatID); m.Subject() != want {
-		d.term(ctx, m, it.seq, "subject does not match the envelope's chat_id: want "+want)
 		return
 	}
 	d.enqueue(ctx, it)
@@ -299,12 +286,17 @@ func superseded(q []*item) bool {
 // is superseded, then acknowledges it and returns true. It returns false,
 // leaving it queued and unacknowledged, when ctx is cancelled.
 func (d *dispatcher) handle(ctx context.Context, cv *conv, it *item) bool {
+	if d.c.seen.shown(ctx, d.c, &it.out) {
+		d.done(cv, it, "already shown")
+		return true
+	}
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {
 			return false
 		}
 		err := d.h(ctx, it.out)
 		if err == nil {
+			d.c.seen.record(ctx, d.c, &it.out)
 			d.done(cv, it, "handled")
 			return true
 		}

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nkeys"
 
@@ -27,6 +28,14 @@ type Config struct {
 	SubjectPrefix string `yaml:"subject_prefix"`
 	// MaxTextBytes bounds an inbound envelope's text (default 65536).
 	MaxTextBytes int `yaml:"max_text_bytes"`
+	// OutRetention is how long the outbound stream keeps a message and, equal
+	// to it, its de-duplication window: a final answer re-published with the
+	// same Nats-Msg-Id (after a crash between publish and acknowledgement)
+	// is never stored twice while the first copy is kept. Consumers
+	// remember the outbound ids they have shown for at least this long
+	// (docs/bus-protocol.md §5). At least 1s; 0 means [DefaultOutRetention].
+	// An existing stream is updated at start.
+	OutRetention time.Duration `yaml:"out_retention"`
 	// Bridges declares the external bridges by name (YAML
 	// "bus.bridges.<name>"): on the embedded server each bridge
 	// authenticates with its own credentials and may touch only its
@@ -86,9 +95,21 @@ const (
 	MaxMsgsPerSecLimit = 100_000
 )
 
+// DefaultOutRetention is bus.out_retention when it is not set.
+const DefaultOutRetention = 24 * time.Hour
+
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
-	return Config{Listen: "127.0.0.1:4222", SubjectPrefix: "chat", MaxTextBytes: 65536}
+	return Config{Listen: "127.0.0.1:4222", SubjectPrefix: "chat", MaxTextBytes: 65536, OutRetention: DefaultOutRetention}
+}
+
+// OutRetentionOrDefault returns OutRetention, or [DefaultOutRetention] when
+// it is 0.
+func (c Config) OutRetentionOrDefault() time.Duration {
+	if c.OutRetention == 0 {
+		return DefaultOutRetention
+	}
+	return c.OutRetention
 }
 
 var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
@@ -110,6 +131,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxTextBytes <= 0 || c.MaxTextBytes > 4<<20 {
 		errs = append(errs, fmt.Errorf("bus.max_text_bytes: must be between 1 and 4194304, got %d", c.MaxTextBytes))
+	}
+	if c.OutRetention != 0 && c.OutRetention < time.Second {
+		errs = append(errs, fmt.Errorf("bus.out_retention: must be at least 1s (how long CHAT_OUT keeps and de-duplicates outbound messages; default %s), got %s", DefaultOutRetention, c.OutRetention))
 	}
 	errs = append(errs, c.validateBridges()...)
 	return errors.Join(errs...)

@@ -75,6 +75,8 @@ type Bus struct {
 	closed    atomic.Bool
 	consuming atomic.Bool
 	recreated atomic.Bool // the embedded consumer was recreated by Consume
+
+	outRetention time.Duration // bus.out_retention: CHAT_OUT's MaxAge and Duplicates
 }
 
 // Open validates cfg and connects the bus. With cfg.URL empty it starts the
@@ -108,6 +110,7 @@ func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*
 		maxText:    cfg.MaxTextBytes,
 		connClosed: make(chan struct{}),
 	}
+	b.outRetention = cfg.OutRetentionOrDefault()
 	opts := []nats.Option{
 		nats.DrainTimeout(drainTimeout),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {

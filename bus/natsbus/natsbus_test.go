@@ -146,11 +146,12 @@ func TestOpenCreatesStreams(t *testing.T) {
 		maxBytes  int64
 		discard   jetstream.DiscardPolicy
 		newPer    bool
+		dupWindow time.Duration
 	}
 	for name, w := range map[string]want{
-		"CHAT_IN":  {"chat.in.>", jetstream.WorkQueuePolicy, 0, 1000, -1, 1 << 30, jetstream.DiscardNew, true},
-		"CHAT_OUT": {"chat.out.>", jetstream.LimitsPolicy, 24 * time.Hour, 1000, -1, -1, jetstream.DiscardOld, false},
-		"CHAT_DLQ": {"chat.dlq.>", jetstream.LimitsPolicy, 7 * 24 * time.Hour, 10000, 100000, -1, jetstream.DiscardOld, false},
+		"CHAT_IN":  {"chat.in.>", jetstream.WorkQueuePolicy, 0, 1000, -1, 1 << 30, jetstream.DiscardNew, true, 2 * time.Minute},
+		"CHAT_OUT": {"chat.out.>", jetstream.LimitsPolicy, 24 * time.Hour, 1000, -1, -1, jetstream.DiscardOld, false, 24 * time.Hour},
+		"CHAT_DLQ": {"chat.dlq.>", jetstream.LimitsPolicy, 7 * 24 * time.Hour, 10000, 100000, -1, jetstream.DiscardOld, false, 2 * time.Minute},
 	} {
 		s, err := b.JetStream().Stream(t.Context(), name)
 		if err != nil {
@@ -160,7 +161,7 @@ func TestOpenCreatesStreams(t *testing.T) {
 		if len(c.Subjects) != 1 || c.Subjects[0] != w.subject || c.Retention != w.retention ||
 			c.Storage != jetstream.FileStorage || c.Discard != w.discard || c.DiscardNewPerSubject != w.newPer ||
 			c.MaxAge != w.maxAge || c.MaxMsgsPerSubject != w.perSubj || c.MaxMsgs != w.maxMsgs || c.MaxBytes != w.maxBytes ||
-			c.Duplicates != 2*time.Minute {
+			c.Duplicates != w.dupWindow {
 			t.Errorf("stream %s config = %+v", name, c)
 		}
 	}

@@ -13,8 +13,9 @@ import (
 
 // Stream limits (DESIGN.md §4).
 const (
-	// DuplicateWindow is the de-duplication window of CHAT_IN and CHAT_OUT
-	// (Nats-Msg-Id).
+	// DuplicateWindow is the de-duplication window of CHAT_IN and CHAT_DLQ
+	// (Nats-Msg-Id). CHAT_OUT de-duplicates over its whole retention
+	// (bus.out_retention, [Config.OutRetention]).
 	DuplicateWindow = 2 * time.Minute
 	// InMaxMsgsPerSubject bounds CHAT_IN per chat subject
 	// ("<p>.in.<channel>.<chat>"): a message beyond it is refused with an
@@ -23,8 +24,9 @@ const (
 	// InMaxBytes bounds CHAT_IN as a whole (a disk guard reached only when
 	// the runtime stops consuming): a message beyond it is refused.
 	InMaxBytes = 1 << 30
-	// OutMaxAge bounds how long CHAT_OUT keeps an outbound message.
-	OutMaxAge = 24 * time.Hour
+	// OutMaxAge bounds how long CHAT_OUT keeps an outbound message when
+	// bus.out_retention is not set ([DefaultOutRetention]).
+	OutMaxAge = DefaultOutRetention
 	// OutMaxMsgsPerSubject bounds CHAT_OUT per chat subject.
 	OutMaxMsgsPerSubject = 1000
 	// DLQMaxAge bounds how long CHAT_DLQ keeps a dead letter.
@@ -54,11 +56,24 @@ func StreamsFor(prefix string) Streams {
 }
 
 // StreamConfigs returns the configurations of the in, out and dlq streams
-// for a subject prefix, in that order. All use file storage. The in stream
-// refuses a new message beyond its bounds ([InMaxMsgsPerSubject],
-// [InMaxBytes]), so nothing already accepted is lost; the out and dlq
-// streams discard the oldest message when a limit is reached.
+// for a subject prefix with the default outbound retention
+// ([StreamConfigsWith] with [DefaultOutRetention]).
 func StreamConfigs(prefix string) []jetstream.StreamConfig {
+	return StreamConfigsWith(prefix, DefaultOutRetention)
+}
+
+// StreamConfigsWith returns the configurations of the in, out and dlq
+// streams for a subject prefix, in that order. All use file storage. The in
+// stream refuses a new message beyond its bounds ([InMaxMsgsPerSubject],
+// [InMaxBytes]), so nothing already accepted is lost; the out and dlq
+// streams discard the oldest message when a limit is reached. The out
+// stream keeps a message for outRetention (bus.out_retention; 0 means
+// [DefaultOutRetention]) and de-duplicates over the same span, so a final
+// answer re-published with the same Nats-Msg-Id is never stored twice.
+func StreamConfigsWith(prefix string, outRetention time.Duration) []jetstream.StreamConfig {
+	if outRetention <= 0 {
+		outRetention = DefaultOutRetention
+	}
 	subj := bus.Subjects{Prefix: prefix}
 	names := StreamsFor(prefix)
 	return []jetstream.StreamConfig{
@@ -81,9 +96,9 @@ func StreamConfigs(prefix string) []jetstream.StreamConfig {
 			Retention:         jetstream.LimitsPolicy,
 			Storage:           jetstream.FileStorage,
 			Discard:           jetstream.DiscardOld,
-			MaxAge:            OutMaxAge,
+			MaxAge:            outRetention,
 			MaxMsgsPerSubject: OutMaxMsgsPerSubject,
-			Duplicates:        DuplicateWindow,
+			Duplicates:        outRetention,
 		},
 		{
 			Name:              names.DLQ,
@@ -101,11 +116,21 @@ func StreamConfigs(prefix string) []jetstream.StreamConfig {
 }
 
 // ensureStreams creates the streams or updates them to the current
-// configuration.
+// configuration (an existing CHAT_OUT gets the configured retention and
+// de-duplication window; a change is logged).
 func (b *Bus) ensureStreams(ctx context.Context) error {
-	for _, cfg := range StreamConfigs(b.subj.Prefix) {
+	for _, cfg := range StreamConfigsWith(b.subj.Prefix, b.outRetention) {
+		var before *jetstream.StreamConfig
+		if s, err := b.js.Stream(ctx, cfg.Name); err == nil {
+			c := s.CachedInfo().Config
+			before = &c
+		}
 		if _, err := b.js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+		}
+		if before != nil && (before.MaxAge != cfg.MaxAge || before.Duplicates != cfg.Duplicates) {
+			b.log.Info("stream updated", "stream", cfg.Name, "max_age", cfg.MaxAge, "was_max_age", before.MaxAge,
+				"duplicate_window", cfg.Duplicates, "was_duplicate_window", before.Duplicates)
 		}
 	}
 	return nil

@@ -130,17 +130,13 @@ func (o *outbound) end(out *bus.Outbound) {
 }
 
 // handle shows one outbound envelope in Slack. It returns nil when the
-// message is shown (or deliberately skipped: a stale or throttled delta, a
-// repeated final), a [bridge.Permanent] error when Slack refuses the
+// message is shown (or deliberately skipped: a stale or throttled delta;
+// a repeated final never gets here, the bridge kit drops it), a [bridge.Permanent] error when Slack refuses the
 // message for good, and another error for a failure worth retrying.
 func (o *outbound) handle(ctx context.Context, out bus.Outbound) error {
-	a := o.a
 	key := turnKey(&out)
 	if _, finished := o.done.get(key); finished && !out.Final {
 		return nil // a delta or typing after the final
-	}
-	if out.Final && a.store.has(bucketSent, out.ID) {
-		return nil // redelivered final, already shown
 	}
 	t := o.turn(&out)
 	if !out.Final && out.Seq <= t.lastSeq {
@@ -164,10 +160,7 @@ func (o *outbound) handle(ctx context.Context, out bus.Outbound) error {
 	}
 	t.lastSeq = max(t.lastSeq, out.Seq)
 	if out.Final {
-		o.end(&out)
-		if _, err := a.store.add(bucketSent, out.ID); err != nil {
-			a.log.Warn("could not remember a shown reply", "id", out.ID, "err", err)
-		}
+		o.end(&out) // the kit remembers its id (a re-published final is not shown again)
 	}
 	return nil
 }

@@ -2,9 +2,11 @@ package slack
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -13,6 +15,7 @@ import (
 
 	"switchboard/bus"
 	"switchboard/bus/bridge"
+	"switchboard/channels"
 )
 
 // offline returns an adapter ready to handle outbound messages directly
@@ -308,19 +311,97 @@ func TestOutboundErrorsPermanentOrRetried(t *testing.T) {
 	}
 }
 
+// TestRedeliveredFinalIsNotShownTwice: a final the daemon re-publishes
+// with the same id after a crash (stored again once the stream's
+// de-duplication window is over) is posted once, also after the adapter
+// restarted with the same slack.db; the copies are acknowledged and
+// counted.
 func TestRedeliveredFinalIsNotShownTwice(t *testing.T) {
 	e := newEnv(t)
-	a := e.offline(e.store)
-	final := outFor(turnIn, bus.KindReply, "once", 1, true)
-	mustHandle(t, a, final)
-	mustHandle(t, a, final)
-	if err := a.store.close(); err != nil {
-		t.Fatal(err)
+	mx := &dupMetrics{}
+	newAdapter := func() *Adapter {
+		a := e.adapter(e.config())
+		a.opts.Metrics = mx
+		return a
 	}
+	r := e.start(newAdapter())
+	final := outFor(turnIn, bus.KindReply, "once", 1, true)
+	e.publishOut(final)
+	e.slack.waitFor(t, "the final posted", func() bool { return len(e.slack.msgs) >= 1 })
+	e.publishCopy(final)
+	other := outFor(bus.Inbound{ID: "T1:C1:11.1", Channel: "slack", ChatID: "C1", ThreadID: "11.1"}, bus.KindReply, "other", 1, true)
+	e.publishOut(other)
+	e.slack.waitFor(t, "the other final posted", func() bool { return len(e.slack.msgs) >= 2 })
+	e.waitAcked()
+	wantCounts(t, e.slack, map[string]int{"chat.postMessage": 2})
+	if mx.n.Load() != 1 {
+		t.Errorf("duplicates counted %d, want 1", mx.n.Load())
+	}
+	r.stop(t)
+
 	// After a restart too.
-	b := e.offline(e.store)
-	mustHandle(t, b, final)
-	wantCounts(t, e.slack, map[string]int{"chat.postMessage": 1})
+	e.start(newAdapter())
+	e.publishCopy(final)
+	third := outFor(bus.Inbound{ID: "T1:C1:12.1", Channel: "slack", ChatID: "C1", ThreadID: "12.1"}, bus.KindReply, "third", 1, true)
+	e.publishOut(third)
+	e.slack.waitFor(t, "the third final posted", func() bool { return len(e.slack.msgs) >= 3 })
+	e.waitAcked()
+	wantCounts(t, e.slack, map[string]int{"chat.postMessage": 3})
+	if mx.n.Load() != 2 {
+		t.Errorf("duplicates counted %d, want 2", mx.n.Load())
+	}
+}
+
+// dupMetrics counts suppressed outbound duplicates.
+type dupMetrics struct {
+	channels.NopMetrics
+	n atomic.Int64
+}
+
+func (m *dupMetrics) OutboundDuplicate(channel string) {
+	if channel == ChannelName {
+		m.n.Add(1)
+	}
+}
+
+// publishCopy publishes o through JetStream without a Nats-Msg-Id: the
+// copy of a re-published final that the stream stores after its
+// de-duplication window.
+func (e *env) publishCopy(o bus.Outbound) {
+	e.t.Helper()
+	o.V, o.Channel = 1, ChannelName
+	data, err := json.Marshal(o)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.js.Publish(e.t.Context(), e.subj.Out(o.Channel, o.ChatID), data); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// waitAcked polls the durable consumer until nothing is pending or
+// unacknowledged.
+func (e *env) waitAcked() {
+	e.t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		cons, err := e.js.Consumer(e.t.Context(), "CHAT_OUT", "bridge_slack")
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		info, err := cons.Info(e.t.Context())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if info.NumAckPending == 0 && info.NumPending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("consumer: %d ack pending, %d pending", info.NumAckPending, info.NumPending)
+		}
+		tick := time.NewTimer(5 * time.Millisecond)
+		<-tick.C
+	}
 }
 
 func TestErrorsAndNotices(t *testing.T) {

@@ -54,6 +54,7 @@ import (
 
 	"switchboard/bus"
 	"switchboard/bus/bridge"
+	"switchboard/bus/bridge/boltseen"
 	"switchboard/channels"
 )
 
@@ -117,6 +118,10 @@ type Options struct {
 	// users and shown replies across restarts (data_dir/slack.db). Empty
 	// keeps them in memory only.
 	StorePath string
+	// OutRetention is the daemon's bus.out_retention (0: 24 h): shown
+	// outbound ids are remembered for twice it, so a final the daemon
+	// re-publishes after a crash is not posted again.
+	OutRetention time.Duration
 	// Log receives the adapter's log lines; nil discards them.
 	Log *slog.Logger
 	// Status receives health changes (see [channels.StatusFunc]); nil
@@ -249,13 +254,23 @@ func (a *Adapter) Run(ctx context.Context) error {
 	a.self = self
 	a.log.Info("slack connected", "mode", a.cfg.Mode, "bot_user", self.UserID, "team", self.TeamID)
 
-	a.bridge, err = bridge.New(a.opts.Conn, bridge.Options{
+	bopts := bridge.Options{
 		Channel:       ChannelName,
 		SubjectPrefix: a.opts.SubjectPrefix,
 		MaxTextBytes:  a.opts.MaxTextBytes,
 		Backoff:       a.kitBackoff,
 		Log:           a.opts.Log,
-	})
+		SeenTTL:       seenTTL(a.opts.OutRetention),
+		OnDuplicate:   func(bus.Outbound) { a.metrics().OutboundDuplicate(ChannelName) },
+	}
+	if st.db != nil {
+		seen, err := boltseen.Open(st.db, sentBucket, bopts.SeenTTL, a.now)
+		if err != nil {
+			return fmt.Errorf("slack: %s: %w", a.opts.StorePath, err)
+		}
+		bopts.SeenStore = seen
+	}
+	a.bridge, err = bridge.New(a.opts.Conn, bopts)
 	if err != nil {
 		return fmt.Errorf("slack: %w", err)
 	}
@@ -277,6 +292,15 @@ func (a *Adapter) Run(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// seenTTL is how long a shown outbound id is remembered: twice
+// bus.out_retention.
+func seenTTL(outRetention time.Duration) time.Duration {
+	if outRetention <= 0 {
+		return bridge.DefaultSeenTTL
+	}
+	return 2 * outRetention
 }
 
 // authTest identifies the bot, retrying transient failures. A rejected

@@ -19,26 +19,23 @@ const (
 	maxThreads = 20000
 	// maxDenied bounds the users remembered as told they are not allowed.
 	maxDenied = 10000
-	// maxSent bounds the final outbound ids remembered as shown.
-	maxSent = 50000
-	// sentTTL is how long a shown final outbound id is remembered: longer
-	// than the outbound stream keeps messages (24 h), so a redelivery is
-	// always recognised.
-	sentTTL = 48 * time.Hour
 )
 
 // Bucket names in slack.db.
 var (
 	bucketThreads = []byte("threads")
 	bucketDenied  = []byte("denied")
-	bucketSent    = []byte("sent")
 )
 
+// sentBucket is the bucket of slack.db holding the outbound ids already
+// shown (the bridge kit's SeenStore, package boltseen).
+const sentBucket = "sent"
+
 // store remembers, across restarts when it has a file, the threads the bot
-// answered in (for the mention_or_thread trigger), the users already told
-// that they are not allowed, and the final outbound messages already shown
-// (so a redelivered final is not posted twice). Every set is bounded: the
-// oldest entries are forgotten first. It is safe for concurrent use; reads
+// answered in (for the mention_or_thread trigger) and the users already
+// told that they are not allowed. (The outbound ids already shown live in
+// the same file, in the bridge kit's store; see [sentBucket].) Every set
+// is bounded: the oldest entries are forgotten first. It is safe for concurrent use; reads
 // are served from memory.
 type store struct {
 	db  *bolt.DB // nil: in memory only
@@ -56,13 +53,11 @@ type boundedSet struct {
 }
 
 // openStore opens (creating) the bbolt file at path and loads it; an empty
-// path keeps everything in memory. Final ids older than sentTTL are
-// dropped on load.
+// path keeps everything in memory.
 func openStore(path string, now func() time.Time) (*store, error) {
 	s := &store{now: now, sets: map[string]*boundedSet{
 		string(bucketThreads): {bucket: bucketThreads, max: maxThreads, m: map[string]int64{}},
 		string(bucketDenied):  {bucket: bucketDenied, max: maxDenied, m: map[string]int64{}},
-		string(bucketSent):    {bucket: bucketSent, max: maxSent, m: map[string]int64{}},
 	}}
 	if path == "" {
 		return s, nil
@@ -71,7 +66,6 @@ func openStore(path string, now func() time.Time) (*store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("slack: open %s: %w", path, err)
 	}
-	cutoff := now().Add(-sentTTL).Unix()
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, set := range s.sets {
 			b, err := tx.CreateBucketIfNotExists(set.bucket)
@@ -84,12 +78,7 @@ func openStore(path string, now func() time.Time) (*store, error) {
 					stale = append(stale, k)
 					return nil
 				}
-				t := int64(binary.BigEndian.Uint64(v))
-				if string(set.bucket) == string(bucketSent) && t < cutoff {
-					stale = append(stale, k)
-					return nil
-				}
-				set.m[string(k)] = t
+				set.m[string(k)] = int64(binary.BigEndian.Uint64(v))
 				return nil
 			})
 			if err != nil {

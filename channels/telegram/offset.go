@@ -21,12 +21,13 @@ const offsetMaxAge = 6 * 24 * time.Hour
 var offsetBucket = []byte("telegram_offsets")
 
 // offsets persists the getUpdates offset (one past the last update
-// published and acknowledged) per bot, in its own bbolt file. Safe for
-// concurrent use.
+// published and acknowledged) per bot, in the adapter's state file. Safe
+// for concurrent use.
 type offsets struct {
-	db  *bolt.DB
-	key []byte
-	now func() time.Time
+	db    *bolt.DB
+	key   []byte
+	now   func() time.Time
+	owned bool // close closes db
 }
 
 type offsetRecord struct {
@@ -34,9 +35,11 @@ type offsetRecord struct {
 	Saved  time.Time `json:"saved"`
 }
 
-// openOffsets opens (creating) the offset file at path for bot botID. A
-// file held by another process is an error after a second, not a hang.
-func openOffsets(path string, botID int64, now func() time.Time) (*offsets, error) {
+// openState opens (creating) the adapter's state file at path
+// (data_dir/telegram.db): the getUpdates offsets and the outbound ids
+// already shown. A file held by another process is an error after a
+// second, not a hang.
+func openState(path string) (*bolt.DB, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
@@ -44,14 +47,35 @@ func openOffsets(path string, botID int64, now func() time.Time) (*offsets, erro
 		}
 		return nil, fmt.Errorf("telegram: open %s: %w", path, err)
 	}
+	return db, nil
+}
+
+// newOffsets returns the offset store of bot botID in db, creating its
+// bucket.
+func newOffsets(db *bolt.DB, botID int64, now func() time.Time) (*offsets, error) {
 	if err := db.Update(func(tx *bolt.Tx) error {
 		_, err := tx.CreateBucketIfNotExists(offsetBucket)
 		return err
 	}); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("telegram: open %s: %w", path, err)
+		return nil, fmt.Errorf("telegram: open %s: %w", db.Path(), err)
 	}
 	return &offsets{db: db, key: []byte("bot:" + strconv.FormatInt(botID, 10)), now: now}, nil
+}
+
+// openOffsets opens the state file at path and its offset store; close
+// closes the file.
+func openOffsets(path string, botID int64, now func() time.Time) (*offsets, error) {
+	db, err := openState(path)
+	if err != nil {
+		return nil, err
+	}
+	o, err := newOffsets(db, botID, now)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	o.owned = true
+	return o, nil
 }
 
 // load returns the stored offset, or 0 when there is none or it is older
@@ -86,4 +110,10 @@ func (o *offsets) save(offset int) error {
 	return nil
 }
 
-func (o *offsets) close() error { return o.db.Close() }
+// close closes the file when the store opened it.
+func (o *offsets) close() error {
+	if !o.owned {
+		return nil
+	}
+	return o.db.Close()
+}

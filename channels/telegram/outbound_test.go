@@ -475,6 +475,7 @@ type countingMetrics struct {
 	mu    sync.Mutex
 	sends map[string]int
 	waits int
+	dups  map[string]int
 }
 
 func (c *countingMetrics) PlatformSend(channel, status string) {
@@ -490,6 +491,21 @@ func (c *countingMetrics) RateLimitWait(string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.waits++
+}
+
+func (c *countingMetrics) OutboundDuplicate(channel string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dups == nil {
+		c.dups = map[string]int{}
+	}
+	c.dups[channel]++
+}
+
+func (c *countingMetrics) duplicates(channel string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dups[channel]
 }
 
 func TestSendsAndRateLimitWaitsAreMeasured(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
+	bolt "go.etcd.io/bbolt"
 )
 
 // Receiving bounds.
@@ -29,21 +30,16 @@ const (
 )
 
 // poll receives updates with getUpdates until ctx ends. It deletes any
-// webhook first (getUpdates fails while one is set), resumes from the
-// stored offset, publishes each batch in order and stores the new offset
+// webhook first (getUpdates fails while one is set), reports the channel
+// ready, resumes from the offset stored in state, publishes each batch in order and stores the new offset
 // once every update before it was published and acknowledged. The offset
 // sent to Telegram (which confirms, and so deletes, the updates below it)
 // is only ever one that was stored or whose updates were all published.
-func (a *Adapter) poll(ctx context.Context) error {
-	store, err := openOffsets(a.deps.StatePath, a.self.ID, a.tune.now)
+func (a *Adapter) poll(ctx context.Context, state *bolt.DB) error {
+	store, err := newOffsets(state, a.self.ID, a.tune.now)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := store.close(); err != nil {
-			a.log.Warn("close offset file", "err", err)
-		}
-	}()
 	offset, stale, err := store.load()
 	if err != nil {
 		return err
@@ -56,6 +52,14 @@ func (a *Adapter) poll(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	// Ready: getMe and deleteWebhook succeeded and the poll loop runs. A
+	// quiet bot's first long poll may not return for poll_timeout; a
+	// failing poll makes the channel not ready (report), a successful one
+	// ready again.
+	a.status.set(nil)
 	a.log.Info("receiving Telegram updates by long polling", "offset", offset)
 
 	failures := 0

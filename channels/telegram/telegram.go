@@ -49,10 +49,12 @@ import (
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 	"github.com/nats-io/nats.go"
+	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sync/errgroup"
 
 	"switchboard/bus"
 	"switchboard/bus/bridge"
+	"switchboard/bus/bridge/boltseen"
 	"switchboard/channels"
 )
 
@@ -75,9 +77,15 @@ type Deps struct {
 	Subjects bus.Subjects
 	// MaxTextBytes is bus.max_text_bytes (0: the default).
 	MaxTextBytes int
-	// StatePath is the bbolt file holding the getUpdates offset
-	// (data_dir/telegram.db); used in polling mode.
+	// StatePath is the bbolt file holding the getUpdates offset and the
+	// outbound ids already shown (data_dir/telegram.db); required in
+	// polling mode. Empty (webhook mode only) remembers shown ids in memory
+	// only.
 	StatePath string
+	// OutRetention is the daemon's bus.out_retention (0: 24 h): shown
+	// outbound ids are remembered for twice it, so a final the daemon
+	// re-publishes after a crash is not sent to Telegram again.
+	OutRetention time.Duration
 	// Files is the workspace root; documents and voice notes are saved
 	// under inbox/telegram/<chat>/ in it. Nil: files are only described in the
 	// text, not saved.
@@ -103,6 +111,7 @@ type Adapter struct {
 	deps       Deps
 	log        *slog.Logger
 	client     *bridge.Client
+	bopts      bridge.Options
 	api        *api
 	access     access
 	lim        *limits
@@ -174,12 +183,19 @@ func New(cfg Config, deps Deps) (*Adapter, error) {
 		deps.HTTPClient = &http.Client{Transport: tr}
 	}
 	log := deps.Log.With("component", "telegram", "channel", Name)
-	client, err := bridge.New(deps.Conn, bridge.Options{
+	if deps.OutRetention < 0 {
+		return nil, errors.New("telegram: deps: OutRetention is negative")
+	}
+	mx := cmp.Or[channels.Metrics](deps.Metrics, channels.NopMetrics{})
+	bopts := bridge.Options{
 		Channel:       Name,
 		SubjectPrefix: deps.Subjects.Prefix,
 		MaxTextBytes:  deps.MaxTextBytes,
 		Log:           deps.Log,
-	})
+		SeenTTL:       seenTTL(deps.OutRetention),
+		OnDuplicate:   func(bus.Outbound) { mx.OutboundDuplicate(Name) },
+	}
+	client, err := bridge.New(deps.Conn, bopts) // validates; Run adds the state file
 	if err != nil {
 		return nil, fmt.Errorf("telegram: %w", err)
 	}
@@ -189,13 +205,14 @@ func New(cfg Config, deps Deps) (*Adapter, error) {
 		deps:   deps,
 		log:    log,
 		client: client,
+		bopts:  bopts,
 		api:    &api{token: cfg.Token, endpoint: cfg.APIEndpoint, files: files, hc: deps.HTTPClient, unit: time.Second},
 		access: newAccess(cfg.AllowUsers),
 		lim:    newLimits(privateRate, groupRate, globalRate, globalBurst),
 		turns:  newTurns(maxTurns),
 		denied: newMemo(maxDenied),
 		status: statusReporter{f: deps.Status},
-		mx:     cmp.Or[channels.Metrics](deps.Metrics, channels.NopMetrics{}),
+		mx:     mx,
 		tune:   defaultTuning(),
 	}
 	a.typing = newTyper(a)
@@ -221,6 +238,18 @@ func (a *Adapter) Run(ctx context.Context) error {
 	if !a.running.CompareAndSwap(false, true) {
 		return errors.New("telegram: Run called twice")
 	}
+	state, err := a.openState()
+	if err != nil {
+		a.status.set(err)
+		return err
+	}
+	if state != nil {
+		defer func() {
+			if err := state.Close(); err != nil {
+				a.log.Warn("close state file", "err", err)
+			}
+		}()
+	}
 	defer a.client.Close()
 	a.tune.maxImage = a.imageCap()
 	if err := a.connect(ctx); err != nil {
@@ -239,9 +268,9 @@ func (a *Adapter) Run(ctx context.Context) error {
 		if a.cfg.Mode == ModeWebhook {
 			return a.serveWebhook(gctx)
 		}
-		return a.poll(gctx)
+		return a.poll(gctx, state)
 	})
-	err := g.Wait()
+	err = g.Wait()
 	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
 		a.log.Info("telegram channel stopped")
 		return nil
@@ -250,6 +279,42 @@ func (a *Adapter) Run(ctx context.Context) error {
 		a.status.set(err)
 	}
 	return err
+}
+
+// seenBucket is the state file's bucket of outbound ids already shown.
+const seenBucket = "outbound_shown"
+
+// seenTTL is how long a shown outbound id is remembered: twice
+// bus.out_retention.
+func seenTTL(outRetention time.Duration) time.Duration {
+	if outRetention == 0 {
+		return bridge.DefaultSeenTTL
+	}
+	return 2 * outRetention
+}
+
+// openState opens the state file (nil without Deps.StatePath) and
+// rebuilds the bridge client so that it remembers the outbound ids it has
+// shown in it.
+func (a *Adapter) openState() (*bolt.DB, error) {
+	if a.deps.StatePath == "" {
+		return nil, nil
+	}
+	db, err := openState(a.deps.StatePath)
+	if err != nil {
+		return nil, err
+	}
+	seen, err := boltseen.Open(db, seenBucket, a.bopts.SeenTTL, a.tune.now)
+	if err == nil {
+		opts := a.bopts
+		opts.SeenStore = seen
+		a.client, err = bridge.New(a.deps.Conn, opts)
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("telegram: %s: %w", a.deps.StatePath, err)
+	}
+	return db, nil
 }
 
 // imageCap is the largest photo passed inline: the configured cap, lowered

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"switchboard/bus"
+	"switchboard/bus/bridge"
 )
 
 // consoleChannel is the channel name the terminal client speaks for.
@@ -92,12 +93,17 @@ type chatClient struct {
 	printed map[string]string // in_reply_to -> text printed so far
 	pending map[string]bool   // inbound ids without a final answer
 	changed chan struct{}     // signalled when pending shrinks
+	// shown remembers the ids of the finals, replies, notices and errors
+	// printed: the daemon may publish a final again with the same id after
+	// a crash, and a core subscriber receives every copy.
+	shown *bridge.SeenSet
 }
 
 func (c *chatClient) run(ctx context.Context, stdin io.Reader) error {
 	c.printed = map[string]string{}
 	c.pending = map[string]bool{}
 	c.changed = make(chan struct{}, 1)
+	c.shown = bridge.NewSeenSet(0, 0)
 	if c.wait == 0 {
 		c.wait = 10 * time.Minute
 	}
@@ -223,7 +229,8 @@ func (c *chatClient) onEvent(msg *nats.Msg) {
 }
 
 // onOutbound prints one outbound envelope. Deltas carry the whole text so
-// far: only the part not yet printed is written.
+// far: only the part not yet printed is written. An envelope whose id was
+// already printed is dropped.
 func (c *chatClient) onOutbound(msg *nats.Msg) {
 	var o bus.Outbound
 	if err := json.Unmarshal(msg.Data, &o); err != nil {
@@ -231,6 +238,9 @@ func (c *chatClient) onOutbound(msg *nats.Msg) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if bridge.Remembered(&o) && !c.shown.Add(o.ID) {
+		return // shown already: a final re-published after a crash
+	}
 	prev := c.printed[o.InReplyTo]
 	switch o.Kind {
 	case bus.KindTyping:

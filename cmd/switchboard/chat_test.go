@@ -2,14 +2,19 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"switchboard/agent/llm/llmtest"
+	"switchboard/bus"
 	"switchboard/bus/natsbus"
 )
 
@@ -92,5 +97,67 @@ func TestDemoVerb(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestChatShowsARepublishedFinalOnce: the daemon publishes a final again
+// with the same id (a crash after its publish, before its ack); JetStream
+// drops the copy from the stream, but `switchboard chat` subscribes with
+// core NATS and receives both. It prints the answer once.
+func TestChatShowsARepublishedFinalOnce(t *testing.T) {
+	model := llmtest.NewServer(t)
+	model.Enqueue(llmtest.Reply{Text: "The answer is forty-two."})
+	cfg := testConfig(t, model.URL())
+	cfg.Bus.Listen = freePort(t)
+	d := startDaemon(t, cfg)
+	outs := d.collectOut(t, "t1")
+
+	file := filepath.Join(t.TempDir(), "chat.yaml")
+	if err := os.WriteFile(file, []byte(fmt.Sprintf("data_dir: %q\nbus:\n  listen: %q\nadmin:\n  listen: \"\"\n", cfg.DataDir, cfg.Bus.Listen)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdin, input := io.Pipe()
+	out := newWatchedBuffer()
+	code := make(chan int, 1)
+	go func() { code <- run(t.Context(), []string{"chat", "--config", file, "--chat", "t1"}, stdin, out, out) }()
+	out.waitLine(t, `as chat "t1"`)
+	if _, err := io.WriteString(input, "what is the answer?\n"); err != nil {
+		t.Fatal(err)
+	}
+	final := outs.WaitOutbound(t, wait, func(o bus.Outbound) bool { return o.Final && o.Kind == bus.KindReply })
+	out.waitLine(t, "The answer is forty-two.")
+
+	// The daemon's re-publication: same envelope, same Nats-Msg-Id.
+	data, err := json.Marshal(final)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(d.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.Publish(t.Context(), d.subjects().Out("console", "t1"), data, jetstream.WithMsgID(final.ID))
+	if err != nil || !ack.Duplicate {
+		t.Fatalf("re-publish: %+v, %v; want a duplicate for the stream", ack, err)
+	}
+	// A later answer, so the copy was certainly received before the exit.
+	if _, err := io.WriteString(input, "/status\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = input.Close()
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("exit %d:\n%s", c, out.String())
+		}
+	case <-time.After(wait):
+		t.Fatalf("chat did not exit:\n%s", out.String())
+	}
+	got := out.String()
+	if !strings.Contains(got, "[notice] Session: console/t1") {
+		t.Fatalf("no /status answer:\n%s", got)
+	}
+	if n := strings.Count(got, "The answer is forty-two."); n != 1 {
+		t.Fatalf("the answer is printed %d times, want once:\n%s", n, got)
 	}
 }

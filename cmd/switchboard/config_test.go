@@ -68,6 +68,7 @@ func TestParseConfigTestdata(t *testing.T) {
 			c.Bus.Listen = "0.0.0.0:14222"
 			c.Bus.SubjectPrefix = "acme.chat"
 			c.Bus.MaxTextBytes = 1024
+			c.Bus.OutRetention = 6 * time.Hour
 			c.LLM.BaseURL = "http://localhost:11434/v1"
 			c.LLM.APIKey = "sk-test"
 			c.LLM.Model = "llama3.1"

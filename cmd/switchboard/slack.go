@@ -35,6 +35,7 @@ func newSlack(cfg Config, d channelDeps) (channels.Channel, error) {
 		MaxTextBytes:  cfg.Bus.MaxTextBytes,
 		Inbox:         inbox,
 		StorePath:     filepath.Join(d.DataDir, "slack.db"),
+		OutRetention:  cfg.Bus.OutRetentionOrDefault(),
 		Log:           d.Log,
 		Status:        status,
 		Metrics:       d.Metrics,

@@ -46,6 +46,7 @@ func newTelegram(cfg Config, d channelDeps) (channels.Channel, error) {
 		Subjects:     d.Subjects,
 		MaxTextBytes: cfg.Bus.MaxTextBytes,
 		StatePath:    filepath.Join(d.DataDir, "telegram.db"),
+		OutRetention: cfg.Bus.OutRetentionOrDefault(),
 		Files:        files,
 		Log:          d.Log,
 		Status:       status,

@@ -11,8 +11,51 @@ const jc = JSONCodec()
 /** Largest image or file sent inline (base64) in an inbound envelope. */
 export const MAX_INLINE_BYTES = 512 * 1024
 
-/** How many outbound ids are remembered to skip redeliveries. */
-const SEEN_IDS = 1000
+/**
+ * How many outbound ids are remembered, and for how long, to skip an
+ * envelope already shown: the daemon may publish a final again with the
+ * same id after a crash (docs/bus-protocol.md §5). Keep the time at least
+ * the daemon's bus.out_retention (default 24 h); the default is twice it.
+ */
+export const SEEN_MAX = 100_000
+export const SEEN_TTL_MS = 48 * 3600 * 1000
+
+/**
+ * A bounded set of outbound ids, each remembered for ttlMs: the first in
+ * is forgotten first, when the set is full or its time is up.
+ */
+export class SeenIds {
+  constructor ({ max = SEEN_MAX, ttlMs = SEEN_TTL_MS, now = Date.now } = {}) {
+    this.max = max
+    this.ttlMs = ttlMs
+    this.now = now
+    this.at = new Map() // id -> time added, in insertion order
+  }
+
+  expire () {
+    const cutoff = this.now() - this.ttlMs
+    for (const [id, t] of this.at) {
+      if (t >= cutoff) break
+      this.at.delete(id)
+    }
+  }
+
+  has (id) {
+    this.expire()
+    return this.at.has(id)
+  }
+
+  /** Remembers id; returns false when it was remembered already. */
+  add (id) {
+    this.expire()
+    if (this.at.has(id)) return false
+    this.at.set(id, this.now())
+    while (this.at.size > this.max) this.at.delete(this.at.keys().next().value)
+    return true
+  }
+
+  get size () { return this.at.size }
+}
 
 /** Failed deliveries to WeChat are retried this many times. */
 const MAX_SAY_ATTEMPTS = 5
@@ -127,8 +170,10 @@ export class Bridge {
    * @param {string} [o.bridge] bridge name in the daemon's bus.bridges (default: channel)
    * @param {string} [o.prefix] subject prefix (default "chat")
    * @param {(…args: any[]) => void} [o.log]
+   * @param {{max?: number, ttlMs?: number}} [o.seen] bounds of the shown
+   *   outbound ids (default SEEN_MAX ids for SEEN_TTL_MS)
    */
-  constructor ({ bot, nc, channel = 'wechat', bridge, prefix = 'chat', log = () => {} }) {
+  constructor ({ bot, nc, channel = 'wechat', bridge, prefix = 'chat', log = () => {}, seen = {} }) {
     this.bot = bot
     this.nc = nc
     this.channel = channel
@@ -136,7 +181,8 @@ export class Bridge {
     this.prefix = prefix
     this.log = log
     this.js = nc.jetstream()
-    this.seen = new Set()
+    this.seen = new SeenIds(seen)
+    this.duplicates = 0 // outbound envelopes dropped as already shown
     this.onMessage = (msg) => this.forward(msg).catch((err) => this.log('forward failed:', err.message))
     this.messages = null
     this.loop = null
@@ -219,10 +265,17 @@ export class Bridge {
   /**
    * Shows one outbound envelope in WeChat: reply, notice and error
    * messages (final or not) with text or attachments; typing and deltas
-   * are ignored, and so is an id already shown (a redelivery).
+   * are ignored, and so is an id already shown (a redelivery, or a final
+   * the daemon published again after a crash; the message is still
+   * acknowledged).
    */
   async deliver (out) {
-    if (!SHOWN.has(out.kind) || this.seen.has(out.id)) return
+    if (!SHOWN.has(out.kind)) return
+    if (this.seen.has(out.id)) {
+      this.duplicates++
+      this.log('outbound', out.id, 'already shown; dropping the copy')
+      return
+    }
     const text = out.text ?? ''
     const attachments = out.attachments ?? []
     if (text === '' && attachments.length === 0) return
@@ -245,7 +298,6 @@ export class Bridge {
       else if (a.url) await target.say(FileBox.fromUrl(a.url, { name: a.name || undefined }))
     }
     this.seen.add(out.id)
-    if (this.seen.size > SEEN_IDS) this.seen.delete(this.seen.values().next().value)
     this.log('outbound', out.id, out.kind, 'shown in', out.chat_id)
   }
 }

@@ -25,7 +25,7 @@ import { WechatyBuilder } from 'wechaty'
 import { PuppetMock, mock } from 'wechaty-puppet-mock'
 import { FileBox } from 'file-box'
 
-import { Bridge, encodeToken, toInbound } from '../src/bridge.js'
+import { Bridge, SeenIds, encodeToken, toInbound } from '../src/bridge.js'
 import { natsOptions, parseNatsURL, redactNatsURL } from '../src/main.js'
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), '../../..')
@@ -106,6 +106,7 @@ before(async () => {
   const port = await freePort()
   const token = randomBytes(16).toString('hex')
   const linePassword = 'p@ss:' + randomBytes(8).toString('hex') // percent-encoded in the URL
+  const adminToken = randomBytes(16).toString('hex')
   const config = join(daemon.dir, 'config.yaml')
   await writeFile(config, `data_dir: ${join(daemon.dir, 'data')}
 bus:
@@ -119,7 +120,7 @@ bus:
       user: line
       password: "${linePassword}"
   admin:
-    token: ${randomBytes(16).toString('hex')}
+    token: ${adminToken}
 llm:
   base_url: ${llmURL}
   api_key: test
@@ -133,7 +134,7 @@ admin:
   daemon.children.push(sb)
   await waitOutput(sb, /switchboard is running/, 'the daemon to start')
   daemon.env = { NATS_URL: `nats://${token}@127.0.0.1:${port}` }
-  daemon.own = { port, token, linePassword }
+  daemon.own = { port, token, linePassword, adminToken }
 })
 
 after(async () => {
@@ -303,4 +304,55 @@ test('the daemon\'s bus accepts the bridges\' own credentials only', async (t) =
     await assert.rejects(connect({ ...natsOptions(env, 'wechat'), maxReconnectAttempts: 0 }),
       (err) => err.code === 'AUTHORIZATION_VIOLATION', `${redactNatsURL(env.NATS_URL)} was not refused`)
   }
+})
+
+// The daemon may publish a final again with the same id (a crash after its
+// publish, before its ack). Within CHAT_OUT's de-duplication window the
+// stream drops the copy; a copy published after it is stored and delivered
+// again. The bridge shows the answer once and acknowledges the copy.
+test('a final re-published with the same id is shown once', async (t) => {
+  if (!daemon.own) return t.skip('needs the test\'s own daemon (NATS_URL is set)')
+  const { port, token, adminToken } = daemon.own
+  const { bot, self, mike } = await mockWeChat()
+  const nc = await connect({ ...natsOptions({ NATS_URL: `nats://${token}@127.0.0.1:${port}` }, 'wechat') })
+  const admin = await connect({ servers: `127.0.0.1:${port}`, token: adminToken })
+  const bridge = new Bridge({ bot, nc, channel: 'wechat' })
+  const dm = []
+  mike.on('message', (msg) => { if (msg.talker().id === self.id) dm.push(msg.text()) })
+  await bridge.start()
+  try {
+    const subject = `chat.out.wechat.${encodeToken(mike.id)}`
+    const final = (id, text) => JSON.stringify({ v: 1, id, channel: 'wechat', chat_id: mike.id, in_reply_to: 'in-' + id, kind: 'reply', text, seq: 1, final: true, meta: { contact_id: mike.id } })
+    const js = admin.jetstream()
+    const id1 = 'rp-' + randomBytes(4).toString('hex')
+    const id2 = 'rp-' + randomBytes(4).toString('hex')
+    await js.publish(subject, final(id1, 'first answer'), { msgID: id1 })
+    const dup = await js.publish(subject, final(id1, 'first answer'), { msgID: id1 })
+    assert.equal(dup.duplicate, true, 'a republish within the window is a duplicate for the stream')
+    await js.publish(subject, final(id1, 'first answer')) // the copy stored after the window
+    const second = waitFor('the second answer', (done) => mike.on('message', (m) => { if (m.text() === 'second answer') done() }))
+    await js.publish(subject, final(id2, 'second answer'), { msgID: id2 })
+    await second
+    assert.deepEqual(dm, ['first answer', 'second answer'])
+    assert.equal(bridge.duplicates, 1)
+  } finally {
+    await bridge.stop()
+    await nc.close()
+    await admin.close()
+    await bot.stop()
+  }
+})
+
+test('shown outbound ids are bounded in number and time', () => {
+  let now = 0
+  const seen = new SeenIds({ max: 2, ttlMs: 1000, now: () => now })
+  assert.equal(seen.add('a'), true)
+  assert.equal(seen.add('a'), false)
+  seen.add('b')
+  seen.add('c') // over max: the oldest goes
+  assert.equal(seen.has('a'), false)
+  assert.equal(seen.has('b'), true)
+  now = 1500 // past the time: forgotten
+  assert.equal(seen.has('c'), false)
+  assert.equal(seen.size, 0)
 })
