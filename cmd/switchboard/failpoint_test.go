@@ -34,7 +34,8 @@ func outRetentionKey() bool {
 
 // crashModel answers the crash tests' messages by their text, the same way
 // before and after a crash: "use a tool" calls list_dir and then answers;
-// "remind me" schedules a task two seconds ahead; a scheduled task's run
+// "remind me" schedules a task two seconds ahead (both only when the
+// request offers the tool: summaries do not); a scheduled task's run
 // gets a short text; anything else is answered in streamed pieces. Every
 // request is checked with llmtest's Request.Validate.
 type crashModel struct {
@@ -61,9 +62,9 @@ func (m *crashModel) respond(r *llmtest.Request) llmtest.Reply {
 	switch {
 	case last.Role == "tool":
 		return llmtest.TextReply("done: " + strings.TrimSpace(strings.SplitN(llmtest.MessageText(last), "\n", 2)[0]))
-	case strings.Contains(text, "use a tool"):
+	case strings.Contains(text, "use a tool") && r.HasTool("list_dir"):
 		return llmtest.ToolCallReply("list_dir", `{"path":"."}`)
-	case strings.Contains(text, "remind me"):
+	case strings.Contains(text, "remind me") && r.HasTool("schedule"):
 		return llmtest.ToolCallReply("schedule", `{"action":"create","prompt":"say hello","at":"in 2s"}`)
 	case strings.Contains(text, "[Scheduled task"):
 		return llmtest.TextReply("hello from the task")
