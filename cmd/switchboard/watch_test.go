@@ -75,10 +75,16 @@ func (v *inboundView) finalIDs() []string {
 }
 
 // reconnecting are the options of a client that follows the daemon across
-// restarts (the operator token in data_dir stays the same).
+// restarts (the operator token in data_dir stays the same). It retries
+// every 2 ms, so that it is back within a few milliseconds of the restarted
+// daemon's listener, before the agent runtime starts consuming (what a
+// restart re-publishes comes right then); disconnections are expected and
+// not reported.
 func reconnecting(token string) []nats.Option {
-	return []nats.Option{nats.Token(token), nats.MaxReconnects(-1), nats.ReconnectWait(20 * time.Millisecond),
-		nats.ReconnectJitter(0, 0), nats.Timeout(time.Second), nats.RetryOnFailedConnect(true)}
+	return []nats.Option{nats.Token(token), nats.MaxReconnects(-1), nats.ReconnectWait(2 * time.Millisecond),
+		nats.ReconnectJitter(0, 0), nats.Timeout(time.Second), nats.RetryOnFailedConnect(true),
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) {})}
 }
 
 // newOutWatcher starts both consumers on the running daemon of dataDir at
@@ -332,4 +338,41 @@ func historyInbound(t testing.TB, dataDir string) map[string]int {
 		f.Close()
 	}
 	return counts
+}
+
+// TestOutWatcherCounts feeds the watcher's wire and kit handlers directly:
+// a second copy of a final is a repeat, a typing after the final a
+// violation, a second final id a double.
+func TestOutWatcherCounts(t *testing.T) {
+	w := &outWatcher{t: t, byIn: map[string]*inboundView{}, changed: make(chan struct{})}
+	wire := func(o bus.Outbound) {
+		data, err := json.Marshal(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.onWire(&nats.Msg{Data: data})
+	}
+	in := &bus.Inbound{V: 1, ID: "a", Channel: "console", ChatID: "c", UserID: "u", Text: "x"}
+	final := bus.ReplyTo(in)
+	final.ID, final.Kind, final.Text, final.Seq, final.Final = "f1", bus.KindReply, "answer", 2, true
+	typing := bus.ReplyTo(in)
+	typing.ID, typing.Kind, typing.Seq = "t1", bus.KindTyping, 1
+	wire(typing) // before the final: fine
+	wire(final)
+	wire(final) // the same final again: a repeat
+	wire(typing)
+	other := final
+	other.ID = "f2"
+	wire(other)
+	if err := w.onKit(context.Background(), final); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.onKit(context.Background(), final)
+	v := w.snapshot()["a"]
+	if got := v.finalIDs(); len(got) != 2 {
+		t.Errorf("final ids = %v, want f1 and f2", got)
+	}
+	if v.wire["f1"] != 2 || v.shown["f1"] != 2 || len(v.violation) != 1 || v.violation[0] != bus.KindTyping {
+		t.Errorf("view = %+v", v)
+	}
 }
