@@ -12,6 +12,7 @@ import (
 
 	"switchboard/agent/llm"
 	"switchboard/bus"
+	"switchboard/internal/failpoint"
 	"switchboard/memory"
 	"switchboard/tools"
 )
@@ -666,6 +667,7 @@ func (t *turn) call(specs []llm.Tool, extra []llm.Message) (*llm.Response, error
 			text.WriteString(d.Text)
 			if s := strings.TrimSpace(stripThink(text.String())); s != "" {
 				t.in.Sink.Delta(s)
+				failpoint.Hit(failpoint.MidStream)
 			}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"switchboard/bus"
+	"switchboard/internal/failpoint"
 	"switchboard/memory"
 )
 
@@ -258,6 +259,7 @@ func (m *Manager) dispatch(ctx context.Context, d bus.Delivery) {
 		m.reject(ctx, d, err)
 		return
 	}
+	failpoint.Hit(failpoint.Received)
 	m.mu.Lock()
 	m.pending[d] = struct{}{}
 	key := in.SessionKey()
@@ -411,13 +413,16 @@ func (m *Manager) deliverFinal(ctx context.Context, in *bus.Inbound, d bus.Deliv
 		m.untrack(d)
 		return fmt.Errorf("agent: commit turn: %w", err)
 	}
+	failpoint.Hit(failpoint.AfterCommit)
 	if err := m.deps.Publisher.Publish(cctx, m.opt.Subjects.Out(in.Channel, in.ChatID), final, out.ID); err != nil {
 		// Persisted but not published: leave the message unacknowledged; its
 		// redelivery publishes the stored final envelope.
 		m.untrack(d)
 		return fmt.Errorf("agent: publish final: %w", err)
 	}
+	failpoint.Hit(failpoint.AfterPublish)
 	m.done(d)
+	failpoint.Hit(failpoint.AfterAck)
 	m.deps.Observer.Outbound(in.Channel, out.Kind)
 	m.markPublished(cctx, rec.Receipt.Key)
 	return nil

@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"runtime/debug"
 	"strings"
+
+	"switchboard/internal/failpoint"
 )
 
 // validName is the pattern tool names must match (the OpenAI function name
@@ -231,6 +233,7 @@ func (r *Registry) run(ctx context.Context, t Tool, call Call) (res Result) {
 			res = errorResult(fmt.Sprintf("tool %s failed unexpectedly: %v", name, p))
 		}
 	}()
+	failpoint.Hit(failpoint.MidTool)
 	out, err := t.Run(ctx, call)
 	if err != nil {
 		r.log.DebugContext(ctx, "tool returned an error", "tool", name, "call_id", call.ID, "err", err)

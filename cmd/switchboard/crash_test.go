@@ -25,35 +25,60 @@ import (
 	"switchboard/bus/natsbus"
 )
 
-var buildOnce struct {
-	sync.Once
+// builds holds the switchboard binaries built by this test run, by build
+// tags ("" for the release build).
+var builds struct {
+	mu   sync.Mutex
+	bins map[string]*builtBinary
+}
+
+type builtBinary struct {
+	once sync.Once
 	path string
 	err  error
 }
 
-// buildBinary builds the switchboard binary once per test run.
-func buildBinary(t testing.TB) string {
+// buildBinary builds the release switchboard binary (as `go build
+// ./cmd/switchboard` does) once per test run.
+func buildBinary(t testing.TB) string { return buildBinaryTags(t, "") }
+
+// buildBinaryTags builds the switchboard binary with the given build tags
+// (comma-separated, e.g. "failpoints") once per test run.
+func buildBinaryTags(t testing.TB, tags string) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	builds.mu.Lock()
+	if builds.bins == nil {
+		builds.bins = map[string]*builtBinary{}
+	}
+	b := builds.bins[tags]
+	if b == nil {
+		b = &builtBinary{}
+		builds.bins[tags] = b
+	}
+	builds.mu.Unlock()
+	b.once.Do(func() {
 		dir, err := os.MkdirTemp("", "switchboard-bin-")
 		if err != nil {
-			buildOnce.err = err
+			b.err = err
 			return
 		}
-		buildOnce.path = filepath.Join(dir, "switchboard")
-		args := []string{"build", "-o", buildOnce.path}
+		b.path = filepath.Join(dir, "switchboard")
+		args := []string{"build", "-o", b.path}
 		if raceEnabled {
 			args = append(args, "-race")
 		}
+		if tags != "" {
+			args = append(args, "-tags", tags)
+		}
 		out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
 		if err != nil {
-			buildOnce.err = fmt.Errorf("go build: %v\n%s", err, out)
+			b.err = fmt.Errorf("go build %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	})
-	if buildOnce.err != nil {
-		t.Fatal(buildOnce.err)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return buildOnce.path
+	return b.path
 }
 
 // freePort returns a loopback port that was free a moment ago.
@@ -71,13 +96,23 @@ func freePort(t testing.TB) string {
 type process struct {
 	cmd  *exec.Cmd
 	logs *strings.Builder
+	out  *lockedWriter // guards logs
 	done chan error
 }
 
 func startProcess(t testing.TB, bin, config string) *process {
 	t.Helper()
+	return startProcessEnv(t, bin, config)
+}
+
+// startProcessEnv starts `bin serve` with env added to the test's
+// environment (e.g. "SWITCHBOARD_FAILPOINT=after-commit").
+func startProcessEnv(t testing.TB, bin, config string, env ...string) *process {
+	t.Helper()
 	p := &process{cmd: exec.Command(bin, "serve", "--config", config), logs: &strings.Builder{}, done: make(chan error, 1)}
+	p.cmd.Env = append(os.Environ(), env...)
 	w := &lockedWriter{b: p.logs}
+	p.out = w
 	p.cmd.Stdout, p.cmd.Stderr = w, w
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -43,6 +43,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"switchboard/bus"
+	"switchboard/internal/failpoint"
 	"switchboard/tools"
 )
 
@@ -278,6 +279,7 @@ func (s *Scheduler) fire(ctx context.Context, t *Task, now time.Time) {
 		return
 	}
 	s.log.Info("scheduled task run", "task", t.ID, "due", due, "channel", t.Channel, "msg_id", in.DedupKey())
+	failpoint.Hit(failpoint.ScheduleFire)
 	if err := s.record(t.ID, due); err != nil {
 		// The run was published; the next attempt republishes the same
 		// id, which the bus and the runtime drop.

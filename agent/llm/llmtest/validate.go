@@ -14,6 +14,7 @@ import (
 // enforces on the message list, and a little more (what a strict provider
 // rejects):
 //   - there is at least one message, each with a known role;
+//   - an assistant message has content or tool calls;
 //   - an assistant message's tool calls have unique, non-empty ids, a
 //     function name and arguments that are a JSON object;
 //   - the messages right after an assistant message with tool calls are
@@ -51,6 +52,9 @@ func Validate(body *openai.ChatCompletionRequest) error {
 			return fmt.Errorf("messages[%d]: unknown role %q", i, m.Role)
 		}
 		if len(m.ToolCalls) == 0 {
+			if strings.TrimSpace(MessageText(m)) == "" {
+				return fmt.Errorf("messages[%d]: assistant message without content or tool calls", i)
+			}
 			continue
 		}
 		want := map[string]bool{}
@@ -86,6 +90,9 @@ func Validate(body *openai.ChatCompletionRequest) error {
 	}
 	return nil
 }
+
+// Validate checks the recorded request with [Validate].
+func (r *Request) Validate() error { return Validate(&r.Body) }
 
 func isJSONObject(s string) bool {
 	var v map[string]any

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"switchboard/bus"
+	"switchboard/bus/natsbus"
+)
+
+// Settings of the kill soak.
+const (
+	soakChats    = 16
+	soakInFlight = 3  // accepted, unanswered messages per chat
+	soakKills    = 10 // short mode (CI); SWITCHBOARD_SOAK_KILLS for more
+	soakDrain    = time.Minute
+)
+
+// TestKillSoak keeps 16 chats sending (each with up to 3 messages in
+// flight) while the real daemon (the release build) is killed with SIGKILL
+// at random moments and restarted, then drains and counts, as one line:
+// accepted messages (the stream acknowledged them), lost (accepted, no
+// final after the drain), doubled (two different finals for one message),
+// violations (typing, delta or anything else on the wire after the
+// message's final), history doubles (the message stored twice), wire
+// repeats (the same final id delivered again to a core subscriber:
+// allowed) and kit repeats (the bridge kit showed the same final twice:
+// not allowed). Lost, doubled, violations, history doubles, kit repeats
+// and API-invalid model requests must be zero.
+//
+// Short mode (the default, for CI): 10 kills. Long mode:
+//
+//	SWITCHBOARD_SOAK_KILLS=100 go test -race -run TestKillSoak -v -timeout 60m ./cmd/switchboard/
+//
+// The kill moments come from a seeded generator; the seed is printed, and
+// SWITCHBOARD_SOAK_SEED=<seed> replays the same schedule of kills.
+func TestKillSoak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped with -short")
+	}
+	kills := soakKills
+	if v := os.Getenv("SWITCHBOARD_SOAK_KILLS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("SWITCHBOARD_SOAK_KILLS=%q: want a positive number", v)
+		}
+		kills = n
+	}
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("SWITCHBOARD_SOAK_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("SWITCHBOARD_SOAK_SEED=%q: %v", v, err)
+		}
+		seed = n
+	}
+	t.Logf("kill soak: seed=%d kills=%d (replay: SWITCHBOARD_SOAK_SEED=%d)", seed, kills, seed)
+	rng := rand.New(rand.NewPCG(seed, seed>>1|1))
+	began := time.Now()
+
+	bin := buildBinary(t)
+	model := newCrashModel(t)
+	dir := t.TempDir()
+	dataDir := filepath.Join(dir, "data")
+	busAddr := freePort(t)
+	config := writeConfig(t, dir, busAddr, "", model.URL())
+	configKey(t, config, "agent", "delta_interval", "20ms")
+	data, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Hundreds of turns per process: keep the logs printed on failure short.
+	if err := os.WriteFile(config, []byte(strings.Replace(string(data), "level: debug", "level: warn", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	url := "nats://" + busAddr
+
+	p := startProcess(t, bin, config)
+	connectWhenUp(t, p, url, dataDir).Close()
+	w := newOutWatcher(t, url, dataDir)
+	defer w.Close()
+	token, err := natsbus.ReadOperatorToken(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubNC, err := nats.Connect(url, reconnecting(token)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pubNC.Close()
+	js, err := jetstream.New(pubNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := bus.Subjects{Prefix: "chat"}
+
+	var accMu sync.Mutex
+	var accepted []string // inbound ids the stream acknowledged
+	// send publishes in until the stream acknowledges it (retrying the same
+	// id, as a bridge does, while the daemon is down) or stop is closed.
+	send := func(stop <-chan struct{}, in bus.Inbound) bool {
+		data, err := json.Marshal(in)
+		if err != nil {
+			t.Error(err)
+			return false
+		}
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err := js.Publish(ctx, subj.In(in.Channel, in.ChatID), data, jetstream.WithMsgID(in.DedupKey()))
+			cancel()
+			if err == nil {
+				accMu.Lock()
+				accepted = append(accepted, in.ID)
+				accMu.Unlock()
+				return true
+			}
+			select {
+			case <-stop:
+				return false
+			case <-time.After(20 * time.Millisecond): // the bus is down: retry
+			}
+		}
+	}
+	stop := make(chan struct{})
+	var senders sync.WaitGroup
+	for c := range soakChats {
+		senders.Go(func() {
+			var open []string // this chat's accepted, unanswered ids
+			for n := 0; ; n++ {
+				for {
+					w.mu.Lock()
+					still := open[:0]
+					for _, id := range open {
+						if !answered(w.byIn, id) {
+							still = append(still, id)
+						}
+					}
+					open = still
+					ch := w.changed
+					w.mu.Unlock()
+					if len(open) < soakInFlight {
+						break
+					}
+					select {
+					case <-stop:
+						return
+					case <-ch:
+					case <-time.After(100 * time.Millisecond):
+					}
+				}
+				text := fmt.Sprintf("message %d of chat %d", n, c)
+				if n%4 == 3 {
+					text += ", use a tool"
+				}
+				in := bus.Inbound{V: 1, ID: fmt.Sprintf("k%02d-%05d", c, n), Channel: "console",
+					ChatID: fmt.Sprintf("chat%02d", c), UserID: "u", Text: text}
+				if !send(stop, in) {
+					return
+				}
+				open = append(open, in.ID)
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+		})
+	}
+
+	for k := range kills {
+		// A random moment: the daemon runs 0.2 to 1.5 s, then dies.
+		time.Sleep(time.Duration(200+rng.IntN(1300)) * time.Millisecond)
+		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-p.done:
+		case <-time.After(wait):
+			t.Fatalf("kill %d: daemon did not die", k+1)
+		}
+		p = startProcess(t, bin, config)
+		connectWhenUp(t, p, url, dataDir).Close()
+	}
+	close(stop)
+	senders.Wait()
+
+	// Drain: every accepted message answered, then one more message per
+	// chat; sessions answer in order, so when those are answered (on the
+	// wire and at the kit) nothing older is still to come.
+	accMu.Lock()
+	ids := append([]string(nil), accepted...)
+	accMu.Unlock()
+	drainEnd := time.Now().Add(soakDrain)
+	for {
+		w.mu.Lock()
+		left, ch := 0, w.changed
+		for _, id := range ids {
+			if !answered(w.byIn, id) {
+				left++
+			}
+		}
+		w.mu.Unlock()
+		if left == 0 || time.Now().After(drainEnd) {
+			break
+		}
+		select {
+		case <-ch:
+		case <-time.After(time.Until(drainEnd)):
+		}
+	}
+	never := make(chan struct{})
+	var last []string
+	for c := range soakChats {
+		in := bus.Inbound{V: 1, ID: fmt.Sprintf("k%02d-last", c), Channel: "console", ChatID: fmt.Sprintf("chat%02d", c), UserID: "u", Text: "last one"}
+		send(never, in)
+		last = append(last, in.ID)
+	}
+	ids = append(ids, last...)
+	w.waitFor(soakDrain, "the last message of every chat is answered and shown", func(byIn map[string]*inboundView) bool {
+		for _, id := range last {
+			if v := byIn[id]; v == nil || len(v.wire) == 0 || len(v.shown) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	pubNC.Close()
+	stopProcess(t, p)
+	w.Close()
+
+	seen := w.snapshot()
+	hist := historyInbound(t, dataDir)
+	var lost, doubled, violations, histDoubles, wireRepeats, kitRepeats int
+	var examples []string
+	example := func(format string, args ...any) {
+		if len(examples) < 10 {
+			examples = append(examples, fmt.Sprintf(format, args...))
+		}
+	}
+	for _, id := range ids {
+		v := seen[id]
+		finals := v.finalIDs()
+		switch {
+		case len(finals) == 0:
+			lost++
+			example("lost %s", id)
+		case len(finals) > 1:
+			doubled++
+			example("doubled %s: %v", id, finals)
+		}
+		if len(v.violation) > 0 {
+			violations += len(v.violation)
+			example("after the final of %s: %v", id, v.violation)
+		}
+		wireRepeats += sum(v.wire) - len(v.wire)
+		if n := sum(v.shown) - len(v.shown); n > 0 {
+			kitRepeats += n
+			example("the kit showed a final of %s again: %v", id, v.shown)
+		}
+	}
+	for key, n := range hist {
+		if n > 1 {
+			histDoubles++
+			example("history holds %s %d times", key, n)
+		}
+	}
+	model.mu.Lock()
+	invalid := len(model.invalid)
+	model.mu.Unlock()
+	t.Logf("kill soak: seed=%d kills=%d chats=%d accepted=%d lost=%d doubled=%d violations=%d history_doubles=%d wire_repeats=%d kit_repeats=%d invalid_requests=%d elapsed=%s",
+		seed, kills, soakChats, len(ids), lost, doubled, violations, histDoubles, wireRepeats, kitRepeats, invalid, time.Since(began).Round(time.Second))
+	for _, e := range examples {
+		t.Log("  " + e)
+	}
+	if lost+doubled+violations+histDoubles+kitRepeats > 0 {
+		t.Errorf("kill soak broke exactly-once: lost=%d doubled=%d violations=%d history_doubles=%d kit_repeats=%d (seed %d)",
+			lost, doubled, violations, histDoubles, kitRepeats, seed)
+	}
+	model.checkValid(t)
+}
