@@ -42,6 +42,9 @@ type Metrics struct {
 	inFlight     prometheus.Gauge
 	rateWaits    *prometheus.CounterVec
 	platform     *prometheus.CounterVec
+	redelivered  *prometheus.CounterVec
+	inboundDups  *prometheus.CounterVec
+	collected    *prometheus.CounterVec
 
 	mu       sync.Mutex
 	channels map[string]bool
@@ -84,8 +87,15 @@ func New() *Metrics {
 		Help: "Waits imposed by platform rate limits, by channel."}, []string{"channel"})
 	m.platform = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_platform_sends_total",
 		Help: "Messages sent to chat platforms by channel adapters, by channel and status (ok, retry, failed)."}, []string{"channel", "status"})
+	m.redelivered = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_inbound_redeliveries_total",
+		Help: "Inbound messages delivered again by the bus (after a crash or an expired ack wait), by channel."}, []string{"channel"})
+	m.inboundDups = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_inbound_duplicates_suppressed_total",
+		Help: "Inbound deliveries of messages already answered (receipt found): nothing processed or shown again, by channel."}, []string{"channel"})
+	m.collected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_collected_messages_total",
+		Help: "Inbound messages answered together with others in one turn (agent.queue_mode collect), by channel."}, []string{"channel"})
 	for _, c := range []prometheus.Collector{m.inbound, m.outbound, m.turns, m.turnDuration, m.llmRequests, m.llmTokens,
-		m.llmDuration, m.toolCalls, m.toolDuration, m.breakerTrips, m.rollbacks, m.commit, m.inFlight, m.rateWaits, m.platform} {
+		m.llmDuration, m.toolCalls, m.toolDuration, m.breakerTrips, m.rollbacks, m.commit, m.inFlight, m.rateWaits, m.platform,
+		m.redelivered, m.inboundDups, m.collected} {
 		f(c)
 	}
 	return m
@@ -147,6 +157,22 @@ func (m *Metrics) Rollback(reason string) { m.rollbacks.WithLabelValues(reason).
 
 // BreakerTrip counts a circuit-breaker trip (agent.Observer).
 func (m *Metrics) BreakerTrip(kind string) { m.breakerTrips.WithLabelValues(kind).Inc() }
+
+// Redelivered counts an inbound redelivery (agent.Observer).
+func (m *Metrics) Redelivered(channel string) {
+	m.redelivered.WithLabelValues(m.channel(channel)).Inc()
+}
+
+// DuplicateSuppressed counts an inbound delivery already answered
+// (agent.Observer).
+func (m *Metrics) DuplicateSuppressed(channel string) {
+	m.inboundDups.WithLabelValues(m.channel(channel)).Inc()
+}
+
+// Collected counts messages answered together in one turn (agent.Observer).
+func (m *Metrics) Collected(channel string, n int) {
+	m.collected.WithLabelValues(m.channel(channel)).Add(float64(n))
+}
 
 // RateLimitWait counts a wait imposed by a platform's rate limit.
 func (m *Metrics) RateLimitWait(channel string) {

@@ -112,7 +112,9 @@ func decode(t testing.TB, b *natsbus.Bus, d bus.Delivery) *bus.Inbound {
 
 func doubleAck(t testing.TB, d bus.Delivery) {
 	t.Helper()
-	if err := d.(jetstream.Msg).DoubleAck(t.Context()); err != nil {
+	if err := d.(interface {
+		DoubleAck(context.Context) error
+	}).DoubleAck(t.Context()); err != nil {
 		t.Fatalf("DoubleAck: %v", err)
 	}
 }
