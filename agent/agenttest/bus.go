@@ -229,6 +229,14 @@ func (b *Bus) waitUntil(t testing.TB, timeout time.Duration, found func() bool, 
 	}
 }
 
+// Wait waits until cond holds, re-checking after every change of the bus
+// (a publish, an acknowledgement, a delivery), failing the test with what
+// at the deadline.
+func (b *Bus) Wait(t testing.TB, timeout time.Duration, cond func() bool, what string) {
+	t.Helper()
+	b.waitUntil(t, timeout, cond, func() string { return what })
+}
+
 // WaitFor waits until pred holds for an outbound envelope and returns it,
 // failing the test at the deadline.
 func (b *Bus) WaitFor(t testing.TB, timeout time.Duration, pred func(bus.Outbound) bool) bus.Outbound {
