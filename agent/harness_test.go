@@ -71,6 +71,7 @@ type harnessConfig struct {
 	store     memory.Store
 	publisher Publisher
 	bus       *agenttest.Bus
+	observer  Observer
 }
 
 func newHarness(t *testing.T, mods ...func(*harnessConfig)) *harness {
@@ -113,7 +114,7 @@ func newHarness(t *testing.T, mods ...func(*harnessConfig)) *harness {
 	}
 	hc.opt.Subjects = h.bus.Subjects()
 	mgr, err := NewManager(hc.cfg, hc.opt, Deps{Source: h.bus, Publisher: pub, Store: store, Model: client,
-		Tools: tb, Prompts: hc.prompts, Summarizer: hc.summarizer, Memory: hc.memory})
+		Tools: tb, Prompts: hc.prompts, Summarizer: hc.summarizer, Memory: hc.memory, Observer: hc.observer})
 	if err != nil {
 		t.Fatal(err)
 	}

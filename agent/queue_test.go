@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -539,5 +540,41 @@ func TestCollectedReceiptsSurviveCrash(t *testing.T) {
 	}
 	if got := strings.Join(users, ","); got != "please hold,line 1,line 2,line 3" {
 		t.Errorf("history user messages = %q", got)
+	}
+}
+
+// countObserver counts the queue measurements.
+type countObserver struct {
+	nopObserver
+	redelivered, duplicates, collected atomic.Int64
+}
+
+func (c *countObserver) Redelivered(string)         { c.redelivered.Add(1) }
+func (c *countObserver) DuplicateSuppressed(string) { c.duplicates.Add(1) }
+func (c *countObserver) Collected(_ string, n int)  { c.collected.Add(int64(n)) }
+
+// TestQueueMetrics: redeliveries, suppressed duplicates and collected
+// messages reach the observer (the metrics package's counters).
+func TestQueueMetrics(t *testing.T) {
+	obs := &countObserver{}
+	gate := make(chan struct{})
+	h := newHarness(t, withQueueMode(QueueCollect), withResponder(gatedEcho("please hold", gate)),
+		func(hc *harnessConfig) { hc.observer = obs })
+	h.send("hold", "please hold")
+	h.model.WaitRequests(t, 1, wait)
+	for i := 1; i <= 3; i++ {
+		h.send(fmt.Sprintf("c%d", i), fmt.Sprintf("line %d", i))
+	}
+	close(gate)
+	h.final("c3")
+	first := h.send("m1", "hi")
+	h.final("m1") // the session counted c1..c3 before it took m1
+	if got := obs.collected.Load(); got != 3 {
+		t.Errorf("collected = %d; want 3", got)
+	}
+	waitAcked(t, h.bus, first)
+	waitAcked(t, h.bus, h.bus.Redeliver(first))
+	if r, dup := obs.redelivered.Load(), obs.duplicates.Load(); r != 1 || dup != 1 {
+		t.Errorf("redelivered = %d, duplicates suppressed = %d; want 1 and 1", r, dup)
 	}
 }
