@@ -66,6 +66,16 @@ type Observer interface {
 	Rollback(reason string)
 	// BreakerTrip: kind is block or abort.
 	BreakerTrip(kind string)
+	// Redelivered counts a delivery of a message the bus had delivered
+	// before (after a crash or an expired AckWait), not counting the
+	// runtime's own hand-backs of a flooded session.
+	Redelivered(channel string)
+	// DuplicateSuppressed counts a delivery of a message already answered
+	// (its receipt existed): nothing is processed or shown for it again.
+	DuplicateSuppressed(channel string)
+	// Collected counts n messages answered together in one turn
+	// (agent.queue_mode collect, n >= 2).
+	Collected(channel string, n int)
 }
 
 // nopObserver is the Observer used when none is configured.
@@ -77,6 +87,9 @@ func (nopObserver) TurnDone(string, time.Duration, time.Duration) {}
 func (nopObserver) ToolDone(string, string, time.Duration)        {}
 func (nopObserver) Rollback(string)                               {}
 func (nopObserver) BreakerTrip(string)                            {}
+func (nopObserver) Redelivered(string)                            {}
+func (nopObserver) DuplicateSuppressed(string)                    {}
+func (nopObserver) Collected(string, int)                         {}
 
 // Speaker identifies who a turn is for, for scoped memory.
 type Speaker struct {

@@ -57,7 +57,17 @@ type Config struct {
 	SubagentDepth int `yaml:"subagent_depth"`
 	// SubagentConcurrency bounds sub-agents running at once in one step.
 	SubagentConcurrency int `yaml:"subagent_concurrency"`
+	// QueueMode is how a session answers messages that arrive while one of
+	// its turns runs: QueueCollect answers them together in the next turn,
+	// QueueSequential one turn per message.
+	QueueMode string `yaml:"queue_mode"`
 }
+
+// Values of Config.QueueMode.
+const (
+	QueueCollect    = "collect"
+	QueueSequential = "sequential"
+)
 
 // SubagentConfig declares one sub-agent (agent.subagents.<name>).
 type SubagentConfig struct {
@@ -93,6 +103,7 @@ func DefaultConfig() Config {
 		KeepToolResults:         -1,
 		SubagentDepth:           1,
 		SubagentConcurrency:     3,
+		QueueMode:               QueueCollect,
 	}
 }
 
@@ -155,6 +166,9 @@ func (c Config) Validate() error {
 				errs = append(errs, fmt.Errorf("%s.tools: %q: sub-agents reach other sub-agents through agent.subagent_depth, not the allow-list", key, tn))
 			}
 		}
+	}
+	if c.QueueMode != QueueCollect && c.QueueMode != QueueSequential {
+		errs = append(errs, fmt.Errorf("agent.queue_mode: must be %s or %s, got %q", QueueCollect, QueueSequential, c.QueueMode))
 	}
 	if c.DeltaInterval < 10*time.Millisecond || c.DeltaInterval > time.Minute {
 		errs = append(errs, fmt.Errorf("agent.delta_interval: must be between 10ms and 1m, got %s", c.DeltaInterval))

@@ -102,6 +102,9 @@ type TurnInput struct {
 	System  string           // the system prompt
 	History []memory.Message // context before this turn, oldest first, already fitted
 	User    memory.Message   // the new user message (TurnStart set)
+	// More are further user messages answered in the same turn (collected
+	// while an earlier turn ran), in order after User, TurnStart unset.
+	More    []memory.Message
 	Session tools.Session
 	Sink    TurnSink // may be nil
 	Steer   Steering // may be nil
@@ -371,6 +374,9 @@ func (e *Executor) newTurn(ctx context.Context, in TurnInput, maxSteps, depth in
 	t.context = make([]memory.Message, 0, len(in.History)+8)
 	t.context = append(t.context, in.History...)
 	t.add(in.User)
+	for _, m := range in.More {
+		t.add(m)
+	}
 	return t
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"switchboard/agent/llm"
 	"switchboard/agent/llm/llmtest"
 	"switchboard/bus"
+	"switchboard/memory"
 	"switchboard/memory/memtest"
 	"switchboard/tools"
 	"switchboard/workspace"
@@ -30,8 +32,13 @@ type harness struct {
 	model *llmtest.Server
 	bus   *agenttest.Bus
 	store *memtest.MemStore
+	// mem is the store the manager uses (store unless harnessConfig.store
+	// replaced it).
+	mem memory.Store
 	// summaries receives every summary the background summariser stores.
 	summaries chan string
+	// stop stops the manager (as a shutdown does) and waits for it.
+	stop func()
 }
 
 // notifyStore reports SetSummary calls.
@@ -59,6 +66,12 @@ type harnessConfig struct {
 	memory      Memory
 	noTools     bool
 	modelOption []llmtest.Option
+	// store and publisher, when set, replace the in-memory store and the
+	// bus as publisher; bus, when set, is the in-memory bus to use.
+	store     memory.Store
+	publisher Publisher
+	bus       *agenttest.Bus
+	observer  Observer
 }
 
 func newHarness(t *testing.T, mods ...func(*harnessConfig)) *harness {
@@ -72,8 +85,20 @@ func newHarness(t *testing.T, mods ...func(*harnessConfig)) *harness {
 	for _, m := range mods {
 		m(&hc)
 	}
-	h := &harness{t: t, model: llmtest.NewServer(t, hc.modelOption...), bus: agenttest.NewBus(), store: memtest.NewMemStore(),
+	h := &harness{t: t, model: llmtest.NewServer(t, hc.modelOption...), bus: hc.bus, store: memtest.NewMemStore(),
 		summaries: make(chan string, 16)}
+	if h.bus == nil {
+		h.bus = agenttest.NewBus()
+	}
+	var store memory.Store = notifyStore{h.store, h.summaries}
+	if hc.store != nil {
+		store = hc.store
+	}
+	h.mem = store
+	var pub Publisher = h.bus
+	if hc.publisher != nil {
+		pub = hc.publisher
+	}
 	hc.llm.BaseURL = h.model.URL()
 	client, err := llm.New(hc.llm, nil, llm.WithHTTPClient(h.model.HTTPClient()))
 	if err != nil {
@@ -88,21 +113,25 @@ func newHarness(t *testing.T, mods ...func(*harnessConfig)) *harness {
 		tb = reg
 	}
 	hc.opt.Subjects = h.bus.Subjects()
-	mgr, err := NewManager(hc.cfg, hc.opt, Deps{Source: h.bus, Publisher: h.bus, Store: notifyStore{h.store, h.summaries}, Model: client,
-		Tools: tb, Prompts: hc.prompts, Summarizer: hc.summarizer, Memory: hc.memory})
+	mgr, err := NewManager(hc.cfg, hc.opt, Deps{Source: h.bus, Publisher: pub, Store: store, Model: client,
+		Tools: tb, Prompts: hc.prompts, Summarizer: hc.summarizer, Memory: hc.memory, Observer: hc.observer})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-		client.CloseIdleConnections()
-	})
+	var once sync.Once
+	h.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("manager: %v", err)
+			}
+			client.CloseIdleConnections()
+		})
+	}
+	t.Cleanup(h.stop)
 	return h
 }
 
@@ -143,7 +172,7 @@ func (h *harness) lastMessage(n int) (role, content string) {
 // history returns the stored context of the test session.
 func (h *harness) history() []string {
 	h.t.Helper()
-	snap, err := h.store.Load(context.Background(), "console/c1", 100)
+	snap, err := h.mem.Load(context.Background(), "console/c1", 100)
 	if err != nil {
 		h.t.Fatal(err)
 	}

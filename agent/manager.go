@@ -22,9 +22,19 @@ import (
 const (
 	defaultHeartbeat       = 10 * time.Second
 	defaultShutdownTimeout = 30 * time.Second
-	maxQueuedPerSession    = 256
+	defaultDeferDelay      = time.Second
 	commitTimeout          = 30 * time.Second
+	// maxHeldPerSession bounds the messages one session holds in memory;
+	// later ones wait in the bus (handed back with NakWithDelay).
+	maxHeldPerSession = 64
+	// maxDeferSteps caps a hand-back's delay at this many DeferDelays.
+	maxDeferSteps = 30
 )
+
+// MetaAnsweredBy is the outbound meta key of the empty final of a message
+// answered together with later ones (agent.queue_mode collect): the id of
+// the inbound message whose final holds the answer.
+const MetaAnsweredBy = "answered_by"
 
 // Deps are the manager's collaborators. All are required except Tools.
 type Deps struct {
@@ -86,6 +96,10 @@ type Options struct {
 	// ShutdownTimeout is how long running turns may go on after shutdown
 	// begins before they are cancelled (default 30 s).
 	ShutdownTimeout time.Duration
+	// DeferDelay is the least delay of a message handed back to the bus
+	// because its session holds maxHeldPerSession messages already
+	// (default 1 s); it grows with the messages waiting ahead of it.
+	DeferDelay time.Duration
 }
 
 // Manager runs the sessions: it consumes inbound messages, rejects invalid
@@ -138,6 +152,9 @@ func NewManager(cfg Config, opt Options, deps Deps) (*Manager, error) {
 	}
 	if opt.ShutdownTimeout <= 0 {
 		opt.ShutdownTimeout = defaultShutdownTimeout
+	}
+	if opt.DeferDelay <= 0 {
+		opt.DeferDelay = defaultDeferDelay
 	}
 	log := deps.Log
 	if log == nil {
@@ -249,7 +266,10 @@ func (m *Manager) ActiveSessions() int {
 }
 
 // dispatch is called by the source, one message at a time; it never blocks
-// on a turn.
+// on a turn. A session holds at most maxHeldPerSession messages; beyond
+// that a message is handed back to the bus to be delivered again later, so
+// a flooding chat costs memory for a bounded number of messages only and
+// never refuses one.
 func (m *Manager) dispatch(ctx context.Context, d bus.Delivery) {
 	if m.draining.Load() {
 		return // not acknowledged: redelivered after the restart
@@ -260,22 +280,44 @@ func (m *Manager) dispatch(ctx context.Context, d bus.Delivery) {
 		return
 	}
 	failpoint.Hit(failpoint.Received)
+	redelivered := d.Info().NumDelivered > 1
 	m.mu.Lock()
-	m.pending[d] = struct{}{}
 	key := in.SessionKey()
 	cmd := parseCommand(in.Text)
 	if cmd.name == cmdStop {
+		m.pending[d] = struct{}{}
 		s := m.sessions[key]
 		m.mu.Unlock()
+		m.countRedelivery(in, redelivered)
 		m.wg.Go(func() { m.handleStop(ctx, s, in, d) })
 		return
 	}
 	if cmd.name == cmdSteer {
+		m.mu.Unlock()
+		// A /steer already answered must not reach the running turn again.
+		r, found, err := m.deps.Store.Receipt(ctx, in.DedupKey())
+		m.mu.Lock()
+		m.pending[d] = struct{}{}
+		switch {
+		case err != nil:
+			m.mu.Unlock()
+			m.countRedelivery(in, redelivered)
+			m.log.Error("receipt lookup failed; message left for redelivery", "key", in.DedupKey(), "err", err)
+			m.untrack(d)
+			return
+		case found:
+			m.mu.Unlock()
+			m.countRedelivery(in, redelivered)
+			m.wg.Go(func() { m.suppress(ctx, in, r, d) })
+			return
+		}
 		if reply, handled := m.steer(m.sessions[key], cmd.arg); handled {
 			m.mu.Unlock()
+			m.countRedelivery(in, redelivered)
 			m.wg.Go(func() { m.finishSimple(ctx, in, d, reply.kind, reply.text, false) })
 			return
 		}
+		delete(m.pending, d)
 		// No running turn: /steer behaves like a normal message.
 		c := *in
 		c.Text = cmd.arg
@@ -287,13 +329,23 @@ func (m *Manager) dispatch(ctx context.Context, d bus.Delivery) {
 		m.sessions[key] = s
 		m.sessWG.Go(func() { s.run(ctx) })
 	}
-	ok := s.enqueue(item{in: in, d: d})
+	o := s.offer(item{in: in, d: d}, m.opt.Now(), m.opt.DeferDelay)
+	if o.held {
+		m.pending[d] = struct{}{}
+	}
 	m.mu.Unlock()
-	if !ok {
-		m.wg.Go(func() {
-			m.finishSimple(ctx, in, d, bus.KindError,
-				fmt.Sprintf("Too many messages are waiting in this chat (%d). This one was not processed; please wait for the answers and send it again.", maxQueuedPerSession), false)
-		})
+	m.countRedelivery(in, redelivered && !o.back)
+	if !o.held {
+		if err := d.NakWithDelay(o.delay); err != nil {
+			m.log.Warn("could not hand a message of a busy chat back to the bus; it is redelivered after the ack wait", "subject", d.Subject(), "err", err)
+		}
+	}
+}
+
+// countRedelivery reports a redelivery to the observer.
+func (m *Manager) countRedelivery(in *bus.Inbound, redelivered bool) {
+	if redelivered {
+		m.deps.Observer.Redelivered(in.Channel)
 	}
 }
 
@@ -376,56 +428,130 @@ func newOutbound(in *bus.Inbound, kind, text string, seq int, final bool) bus.Ou
 	return o
 }
 
+// errAlreadyAnswered: the turn was not committed because a message it
+// answers had a receipt already; the stored answers were replayed.
+var errAlreadyAnswered = errors.New("agent: already answered")
+
+// answered is one inbound message of a turn with its final envelope.
+type answered struct {
+	in  *bus.Inbound
+	d   bus.Delivery
+	out bus.Outbound
+}
+
 // deliverFinal persists the receipt (with the turn's messages) and then
-// publishes the final envelope and acknowledges d. If the store already has
-// a receipt for the message, that receipt's final envelope is published
-// instead, so a message is never answered twice.
+// publishes the final envelope and acknowledges d; see deliver.
 func (m *Manager) deliverFinal(ctx context.Context, in *bus.Inbound, d bus.Delivery, out bus.Outbound, msgs []memory.Message, fresh bool) error {
-	final, err := json.Marshal(out)
-	if err != nil {
-		return fmt.Errorf("agent: encode final: %w", err)
+	return m.deliverAll(ctx, in.SessionKey(), []answered{{in: in, d: d, out: out}}, msgs, fresh)
+}
+
+// deliver is deliverAll that logs its error; false when the answer was not
+// delivered (the messages are left for redelivery).
+func (m *Manager) deliver(ctx context.Context, session string, as []answered, msgs []memory.Message, fresh bool) bool {
+	err := m.deliverAll(ctx, session, as, msgs, fresh)
+	if err != nil && !errors.Is(err, errAlreadyAnswered) {
+		m.log.Error("answer not delivered; the message will be redelivered", "session", session, "err", err)
 	}
+	return err == nil
+}
+
+// deliverAll commits a turn: the turn's messages and the receipt of every
+// inbound message it answers, in one transaction; then, for each message in
+// order, it publishes the final envelope, acknowledges the delivery and
+// marks the receipt published. If the store already has a receipt for one
+// of the messages, the stored receipts are replayed instead, so a message
+// is never answered twice. The answer for the turn's main message is last.
+func (m *Manager) deliverAll(ctx context.Context, session string, as []answered, msgs []memory.Message, fresh bool) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
+	finals := make([][]byte, len(as))
+	receipts := make([]memory.Receipt, len(as))
+	for i, a := range as {
+		final, err := json.Marshal(a.out)
+		if err != nil {
+			m.untrackAll(as)
+			return fmt.Errorf("agent: encode final: %w", err)
+		}
+		finals[i] = final
+		receipts[i] = memory.Receipt{Key: a.in.DedupKey(), Session: session, Final: final, Time: m.opt.Now().UTC()}
+	}
 	rec := memory.TurnRecord{
-		Session:  in.SessionKey(),
+		Session:  session,
 		Messages: msgs,
 		Fresh:    fresh,
-		Receipt:  memory.Receipt{Key: in.DedupKey(), Session: in.SessionKey(), Final: final, Time: m.opt.Now().UTC()},
+		Receipt:  receipts[len(as)-1],
+		Also:     receipts[:len(as)-1],
 	}
-	err = m.deps.Store.CommitTurn(cctx, rec)
+	err := m.deps.Store.CommitTurn(cctx, rec)
 	if errors.Is(err, memory.ErrInvalid) && len(rec.Messages) > 0 {
 		// A message the store refuses must not keep the answer from the
-		// user or make the message loop: keep the receipt, drop the turn.
+		// user or make the message loop: keep the receipts, drop the turn.
 		m.log.Error("turn not storable; answering without saving it to history", "session", rec.Session, "err", err)
 		rec.Messages = nil
 		err = m.deps.Store.CommitTurn(cctx, rec)
 	}
 	switch {
 	case errors.Is(err, memory.ErrDuplicate):
-		r, ok, rerr := m.deps.Store.Receipt(cctx, in.DedupKey())
-		if rerr != nil || !ok {
-			m.untrack(d)
-			return fmt.Errorf("agent: read receipt %q after duplicate commit: %v", in.DedupKey(), rerr)
+		for _, a := range as {
+			if !m.answered(cctx, a.in, a.d) {
+				m.untrack(a.d)
+			}
 		}
-		return m.replayReceipt(cctx, r, d)
+		return errAlreadyAnswered
 	case err != nil:
-		m.untrack(d)
+		m.untrackAll(as)
 		return fmt.Errorf("agent: commit turn: %w", err)
 	}
 	failpoint.Hit(failpoint.AfterCommit)
-	if err := m.deps.Publisher.Publish(cctx, m.opt.Subjects.Out(in.Channel, in.ChatID), final, out.ID); err != nil {
-		// Persisted but not published: leave the message unacknowledged; its
-		// redelivery publishes the stored final envelope.
-		m.untrack(d)
-		return fmt.Errorf("agent: publish final: %w", err)
+	for i, a := range as {
+		if err := m.deps.Publisher.Publish(cctx, m.opt.Subjects.Out(a.in.Channel, a.in.ChatID), finals[i], a.out.ID); err != nil {
+			// Persisted but not published: leave the messages
+			// unacknowledged; their redelivery publishes the stored finals.
+			m.untrackAll(as[i:])
+			return fmt.Errorf("agent: publish final: %w", err)
+		}
+		failpoint.Hit(failpoint.AfterPublish)
+		m.done(a.d)
+		failpoint.Hit(failpoint.AfterAck)
+		m.deps.Observer.Outbound(a.in.Channel, a.out.Kind)
+		m.markPublished(cctx, receipts[i].Key)
 	}
-	failpoint.Hit(failpoint.AfterPublish)
-	m.done(d)
-	failpoint.Hit(failpoint.AfterAck)
-	m.deps.Observer.Outbound(in.Channel, out.Kind)
-	m.markPublished(cctx, rec.Receipt.Key)
 	return nil
+}
+
+// untrackAll untracks the deliveries of as.
+func (m *Manager) untrackAll(as []answered) {
+	for _, a := range as {
+		m.untrack(a.d)
+	}
+}
+
+// answered reports whether in was answered already (its receipt exists)
+// and if so deals with d: the stored final is published again when it may
+// not have reached the bus, and d is acknowledged. Nothing else is
+// published for it. A failed lookup leaves d for redelivery and reports
+// true, so the caller does not process it either.
+func (m *Manager) answered(ctx context.Context, in *bus.Inbound, d bus.Delivery) bool {
+	r, ok, err := m.deps.Store.Receipt(ctx, in.DedupKey())
+	switch {
+	case err != nil:
+		m.log.Error("receipt lookup failed; message left for redelivery", "key", in.DedupKey(), "err", err)
+		m.untrack(d)
+		return true
+	case !ok:
+		return false
+	}
+	m.suppress(ctx, in, r, d)
+	return true
+}
+
+// suppress answers a duplicate delivery of in from its receipt r.
+func (m *Manager) suppress(ctx context.Context, in *bus.Inbound, r memory.Receipt, d bus.Delivery) {
+	m.deps.Observer.Inbound(in.Channel, "duplicate")
+	m.deps.Observer.DuplicateSuppressed(in.Channel)
+	if err := m.replayReceipt(ctx, r, d); err != nil {
+		m.log.Error("replay failed", "key", in.DedupKey(), "err", err)
+	}
 }
 
 // markPublished records that a final envelope reached the bus, so a later
@@ -466,7 +592,7 @@ func (m *Manager) replayReceipt(ctx context.Context, r memory.Receipt, d bus.Del
 // finishSimple answers a message with one final envelope and no history.
 func (m *Manager) finishSimple(ctx context.Context, in *bus.Inbound, d bus.Delivery, kind, text string, fresh bool) {
 	out := newOutbound(in, kind, text, 1, true)
-	if err := m.deliverFinal(ctx, in, d, out, nil, fresh); err != nil {
+	if err := m.deliverFinal(ctx, in, d, out, nil, fresh); err != nil && !errors.Is(err, errAlreadyAnswered) {
 		m.log.Error("answer not delivered; the message will be redelivered", "key", in.DedupKey(), "err", err)
 	}
 }
@@ -497,10 +623,7 @@ func (m *Manager) steer(s *session, text string) (a answer, handled bool) {
 // handleStop answers /stop, bypassing the session queue: it cancels the
 // session's running turn, if any.
 func (m *Manager) handleStop(ctx context.Context, s *session, in *bus.Inbound, d bus.Delivery) {
-	if r, ok, err := m.deps.Store.Receipt(ctx, in.DedupKey()); err == nil && ok {
-		if err := m.replayReceipt(ctx, r, d); err != nil {
-			m.log.Error("replay failed", "key", in.DedupKey(), "err", err)
-		}
+	if m.answered(ctx, in, d) {
 		return
 	}
 	text := "Nothing is running."

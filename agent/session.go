@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"mime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,15 +24,22 @@ type item struct {
 }
 
 // session is one active chat session: a goroutine that processes its queue
-// in order. The queue and the running turn's cancel function are guarded by
-// mu; the history cache is owned by the session goroutine.
+// in order. The queue, the deferred set and the running turn's cancel
+// function are guarded by mu; the history cache is owned by the session
+// goroutine.
 type session struct {
 	m    *Manager
 	key  string
 	wake chan struct{}
 
-	mu        sync.Mutex
-	queue     []item
+	mu sync.Mutex
+	// queue holds at most maxHeldPerSession messages, in stream order.
+	queue []item
+	// deferred are the stream sequences of messages handed back to the bus
+	// (NakWithDelay) because the queue was full, with when; while one is
+	// outstanding, later messages are handed back too, so the chat's order
+	// holds.
+	deferred  map[uint64]time.Time
 	cancel    context.CancelCauseFunc // of the running turn; nil when idle
 	steer     []string                // pending /steer texts of the running turn
 	steerOpen bool                    // the running turn still accepts /steer
@@ -103,7 +111,7 @@ func (s *session) TakeOrClose() []string {
 }
 
 func newSession(m *Manager, key string) *session {
-	return &session{m: m, key: key, wake: make(chan struct{}, 1)}
+	return &session{m: m, key: key, wake: make(chan struct{}, 1), deferred: map[uint64]time.Time{}}
 }
 
 // nudge wakes the session goroutine (e.g. to notice a shutdown).
@@ -114,32 +122,88 @@ func (s *session) nudge() {
 	}
 }
 
-// enqueue adds it to the queue; false when the queue is full. The caller
-// holds m.mu.
-func (s *session) enqueue(it item) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.queue) >= maxQueuedPerSession {
-		return false
-	}
-	s.queue = append(s.queue, it)
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-	return true
+// offered is what offer did with a message.
+type offered struct {
+	held  bool          // in the queue; else hand it back after delay
+	delay time.Duration // for a message not held
+	back  bool          // the message is one this session handed back earlier
 }
 
-func (s *session) pop() (item, bool) {
+// offer puts it into the queue, in stream order, when the queue has room
+// and no earlier message of the session is still with the bus; otherwise
+// the caller hands it back to the bus (bus.Delivery.NakWithDelay) with the
+// returned delay, which grows with the messages ahead of it. base is
+// Options.DeferDelay. The caller holds m.mu.
+func (s *session) offer(it item, now time.Time, base time.Duration) offered {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seq := it.d.Info().Sequence
+	_, back := s.deferred[seq]
+	ahead := 0
+	for q, at := range s.deferred {
+		switch {
+		case now.Sub(at) > deferExpiry(base):
+			// Never came back (another instance took it, or it was
+			// removed): stop waiting for it.
+			delete(s.deferred, q)
+		case q < seq:
+			ahead++
+		}
+	}
+	if len(s.queue) < maxHeldPerSession && (seq == 0 || ahead == 0) {
+		delete(s.deferred, seq)
+		i := len(s.queue)
+		for seq != 0 && i > 0 && s.queue[i-1].d.Info().Sequence > seq {
+			i--
+		}
+		s.queue = slices.Insert(s.queue, i, it)
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+		return offered{held: true, back: back}
+	}
+	if seq != 0 {
+		s.deferred[seq] = now
+	}
+	steps := 1 + (ahead+len(s.queue))/maxHeldPerSession
+	return offered{delay: base * time.Duration(min(steps, maxDeferSteps)), back: back}
+}
+
+// deferExpiry is how long a handed-back message may stay away before the
+// session stops holding later messages back for it.
+func deferExpiry(base time.Duration) time.Duration { return 3 * maxDeferSteps * base }
+
+// collectable reports whether in may be answered together with other
+// messages: commands and scheduled tasks always get a turn of their own.
+func collectable(in *bus.Inbound) bool {
+	return parseCommand(in.Text).name == cmdNone && in.Meta["scheduled_task"] == ""
+}
+
+// next removes and returns the messages of the next turn: the oldest one
+// and, in collect mode, the collectable ones after it from the same
+// speaker, as long as their texts together stay within limit bytes.
+func (s *session) next(collect bool, limit int) []item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.queue) == 0 {
-		return item{}, false
+		return nil
 	}
-	it := s.queue[0]
-	s.queue[0] = item{}
-	s.queue = s.queue[1:]
-	return it, true
+	n, size := 1, len(s.queue[0].in.Text)
+	if first := s.queue[0].in; collect && collectable(first) {
+		for n < len(s.queue) {
+			in := s.queue[n].in
+			if !collectable(in) || in.UserID != first.UserID || size+len(in.Text) > limit {
+				break
+			}
+			size += len(in.Text)
+			n++
+		}
+	}
+	batch := slices.Clone(s.queue[:n])
+	clear(s.queue[:n])
+	s.queue = s.queue[n:]
+	return batch
 }
 
 func (s *session) queued() int {
@@ -164,12 +228,13 @@ func (s *session) stop() bool {
 func (s *session) run(ctx context.Context) {
 	idle := time.NewTimer(s.m.cfg.SessionIdle)
 	defer idle.Stop()
+	collect := s.m.cfg.QueueMode == QueueCollect
 	for {
 		if ctx.Err() != nil || s.m.draining.Load() {
 			return
 		}
-		if it, ok := s.pop(); ok {
-			s.process(ctx, it)
+		if batch := s.next(collect, s.m.opt.MaxTextBytes); len(batch) > 0 {
+			s.process(ctx, batch)
 			continue
 		}
 		idle.Reset(s.m.cfg.SessionIdle)
@@ -190,51 +255,72 @@ func (s *session) run(ctx context.Context) {
 	}
 }
 
-// process handles one message; a panic in it answers the user with an
-// error instead of killing the daemon.
-func (s *session) process(ctx context.Context, it item) {
+// process handles the messages of one turn (one message, or several
+// collected ones); a panic in it answers the users with an error instead
+// of killing the daemon. Before anything is published for a message, its
+// receipt is looked up: an answered message only gets its stored final
+// again (or nothing, when that was published), never a typing signal, a
+// delta or a second answer.
+func (s *session) process(ctx context.Context, batch []item) {
 	m := s.m
 	defer func() {
 		if r := recover(); r != nil {
 			m.log.Error("turn panicked", "session", s.key, "panic", r, "stack", string(debug.Stack()))
 			s.loaded = false // the cache may be inconsistent: reload next time
-			m.finishSimple(ctx, it.in, it.d, bus.KindError, "Sorry, something went wrong inside Switchboard while answering. The operator can find details in the log.", false)
+			for _, it := range batch {
+				m.finishSimple(ctx, it.in, it.d, bus.KindError, "Sorry, something went wrong inside Switchboard while answering. The operator can find details in the log.", false)
+			}
 		}
 	}()
-	r, ok, err := m.deps.Store.Receipt(ctx, it.in.DedupKey())
-	if err != nil {
-		m.log.Error("receipt lookup failed; message left for redelivery", "key", it.in.DedupKey(), "err", err)
-		m.untrack(it.d)
-		return
-	}
-	if ok {
-		m.deps.Observer.Inbound(it.in.Channel, "duplicate")
-		if err := m.replayReceipt(ctx, r, it.d); err != nil {
-			m.log.Error("replay failed", "key", it.in.DedupKey(), "err", err)
+	var fresh, again []item
+	seen := map[string]bool{}
+	for _, it := range batch {
+		switch {
+		case seen[it.in.DedupKey()]:
+			again = append(again, it) // a second copy: answered by the first
+		case m.answered(ctx, it.in, it.d):
+		default:
+			seen[it.in.DedupKey()] = true
+			fresh = append(fresh, it)
 		}
+	}
+	batch = fresh
+	defer func() {
+		for _, it := range again {
+			if !m.answered(ctx, it.in, it.d) {
+				m.untrack(it.d) // its first copy was not answered either
+			}
+		}
+	}()
+	if len(batch) == 0 {
 		return
 	}
-	m.deps.Observer.Inbound(it.in.Channel, "accepted")
-	switch cmd := parseCommand(it.in.Text); cmd.name {
-	case cmdNew:
-		s.history, s.loaded = nil, true
-		s.setSummary("")
-		m.finishSimple(ctx, it.in, it.d, bus.KindNotice, "Started a new conversation. Earlier messages stay on disk but are no longer part of the context.", true)
-		return
-	case cmdHelp:
-		m.finishSimple(ctx, it.in, it.d, bus.KindNotice, helpText, false)
-		return
-	case cmdCompact:
-		if !s.load(ctx) {
-			m.untrack(it.d)
+	for _, it := range batch {
+		m.deps.Observer.Inbound(it.in.Channel, "accepted")
+	}
+	if len(batch) == 1 {
+		it := batch[0]
+		switch cmd := parseCommand(it.in.Text); cmd.name {
+		case cmdNew:
+			s.history, s.loaded = nil, true
+			s.setSummary("")
+			m.finishSimple(ctx, it.in, it.d, bus.KindNotice, "Started a new conversation. Earlier messages stay on disk but are no longer part of the context.", true)
+			return
+		case cmdHelp:
+			m.finishSimple(ctx, it.in, it.d, bus.KindNotice, helpText, false)
+			return
+		case cmdCompact:
+			if !s.load(ctx) {
+				m.untrack(it.d)
+				return
+			}
+			m.finishSimple(ctx, it.in, it.d, bus.KindNotice, s.compactNow(ctx), false)
+			return
+		case cmdStatus:
+			s.load(ctx)
+			m.finishSimple(ctx, it.in, it.d, bus.KindNotice, s.status(), false)
 			return
 		}
-		m.finishSimple(ctx, it.in, it.d, bus.KindNotice, s.compactNow(ctx), false)
-		return
-	case cmdStatus:
-		s.load(ctx)
-		m.finishSimple(ctx, it.in, it.d, bus.KindNotice, s.status(), false)
-		return
 	}
 	select {
 	case m.sem <- struct{}{}:
@@ -242,21 +328,37 @@ func (s *session) process(ctx context.Context, it item) {
 		return
 	}
 	defer func() { <-m.sem }()
-	s.turn(ctx, it)
+	s.turn(ctx, batch)
 }
 
-// turn runs the model loop for one user message and delivers its answer.
-func (s *session) turn(ctx context.Context, it item) {
-	m, in := s.m, it.in
+// turn runs the model loop for one or more user messages (collected ones,
+// oldest first) and delivers the answer: the reply answers the last
+// message; each earlier one gets an empty final pointing at it
+// (collectedFinal), all committed together.
+func (s *session) turn(ctx context.Context, batch []item) {
+	m := s.m
+	last := batch[len(batch)-1]
+	in := last.in
 	log := m.log.With("channel", in.Channel, "session", s.key, "msg_id", in.ID, "turn", m.turnSeq.Add(1))
 	if !s.load(ctx) {
-		m.untrack(it.d)
+		for _, it := range batch {
+			m.untrack(it.d)
+		}
 		return
 	}
 	now := m.opt.Now()
 	sink := newTurnSink(m, in, now)
 	sink.Typing()
-	sink.Event(bus.EventTurnStart, map[string]any{"id": in.ID})
+	start := map[string]any{"id": in.ID}
+	if len(batch) > 1 {
+		ids := make([]string, len(batch))
+		for i, it := range batch {
+			ids[i] = it.in.ID
+		}
+		start["collected"] = ids
+		log.Info("messages collected into one turn", "messages", len(batch))
+	}
+	sink.Event(bus.EventTurnStart, start)
 	facts := turnFacts{Now: now, Model: m.opt.ModelName, Channel: in.Channel, IsGroup: in.IsGroup, Speaker: SpeakerLabel(in.Channel, in.UserID, in.UserName)}
 
 	// Scoped long-term memory for this speaker.
@@ -272,14 +374,20 @@ func (s *session) turn(ctx context.Context, it item) {
 	s.speaker = speaker
 
 	// Fit the context once, before the loop, by whole turns.
-	user := userMessage(in, now)
+	users := make([]memory.Message, len(batch))
+	userTokens := 0
+	for i, it := range batch {
+		users[i] = userMessage(it.in, now)
+		users[i].TurnStart = i == 0 // one turn answers them all
+		userTokens += estimateTokens(&users[i])
+	}
 	system, err := buildPrompt(m.deps.Prompts, m.exec.Tools(), s.summary(), m.skillsSection(), mem, facts)
 	if err != nil {
 		log.Error("system prompt failed", "err", err)
-		m.finishSimple(ctx, in, it.d, bus.KindError, "Sorry, I could not read my workspace files. The operator can find details in the log.", false)
+		m.deliver(ctx, s.key, collectedFinals(batch, bus.KindError, "Sorry, I could not read my workspace files. The operator can find details in the log.", 1), nil, false)
 		return
 	}
-	b := budget(m.cfg.MaxContextTokens, m.opt.ContextWindow, m.opt.MaxOutputTokens, textTokens(system)+estimateTokens(&user))
+	b := budget(m.cfg.MaxContextTokens, m.opt.ContextWindow, m.opt.MaxOutputTokens, textTokens(system)+userTokens)
 	kept, dropped := fitContext(s.history, m.cfg.MaxContextTurns-1, b)
 	if len(dropped) > 0 {
 		s.history = kept
@@ -296,7 +404,8 @@ func (s *session) turn(ctx context.Context, it item) {
 	res, err := m.exec.Run(tctx, TurnInput{
 		System:    system,
 		History:   kept,
-		User:      user,
+		User:      users[0],
+		More:      users[1:],
 		Session:   tools.Session{Key: s.key, Channel: in.Channel, ChatID: in.ChatID, ThreadID: in.ThreadID, UserID: in.UserID, IsGroup: in.IsGroup},
 		Proactive: in.Meta["scheduled_task"] != "",
 		Sink:      sink,
@@ -310,7 +419,9 @@ func (s *session) turn(ctx context.Context, it item) {
 	cancel(nil)
 	if errors.Is(err, ErrAborted) {
 		log.Info("turn aborted; the message will be redelivered", "err", err)
-		m.untrack(it.d)
+		for _, it := range batch {
+			m.untrack(it.d)
+		}
 		return
 	}
 	if late > 0 {
@@ -318,15 +429,16 @@ func (s *session) turn(ctx context.Context, it item) {
 	}
 	msgs, fresh := res.Messages, false
 	if res.ResetContext {
-		// Keep the request and the explanation; the context starts afresh.
-		msgs = []memory.Message{res.Messages[0], {Role: memory.RoleAssistant, Time: now.UTC(), Blocks: []memory.Block{{Type: memory.BlockText, Text: res.Text}}}}
+		// Keep the requests and the explanation; the context starts afresh.
+		msgs = append(slices.Clone(res.Messages[:len(users)]), memory.Message{Role: memory.RoleAssistant, Time: now.UTC(), Blocks: []memory.Block{{Type: memory.BlockText, Text: res.Text}}})
 		fresh = true
 	}
-	out := newOutbound(in, res.Kind, res.Text, sink.nextSeq(), true)
-	if err := m.deliverFinal(ctx, in, it.d, out, msgs, fresh); err != nil {
-		log.Error("answer not delivered; the message will be redelivered", "err", err)
+	if !m.deliver(ctx, s.key, collectedFinals(batch, res.Kind, res.Text, sink.nextSeq()), msgs, fresh) {
 		s.loaded = false
 		return
+	}
+	if len(batch) > 1 {
+		m.deps.Observer.Collected(in.Channel, len(batch))
 	}
 	m.turns.Add(1)
 	s.unnoted = append(s.unnoted, msgs...)
@@ -347,6 +459,25 @@ func (s *session) turn(ctx context.Context, it item) {
 	m.deps.Observer.TurnDone(res.StopReason, sink.firstDeltaAfter(), m.opt.Now().Sub(now))
 	sink.Event(bus.EventTurnEnd, map[string]any{"id": in.ID, "steps": res.Steps, "kind": res.Kind,
 		"stop_reason": res.StopReason, "usage": res.Usage})
+}
+
+// collectedFinals are the finals of one turn's messages: the answer (kind,
+// text, seq) for the last; for each earlier, collected one an empty final
+// notice (a bridge shows nothing for it and closes its turn) whose meta
+// "answered_by" names the message whose final holds the answer.
+func collectedFinals(batch []item, kind, text string, seq int) []answered {
+	last := batch[len(batch)-1]
+	out := make([]answered, len(batch))
+	for i, it := range batch[:len(batch)-1] {
+		o := newOutbound(it.in, bus.KindNotice, "", 1, true)
+		if o.Meta == nil {
+			o.Meta = map[string]string{}
+		}
+		o.Meta[MetaAnsweredBy] = last.in.ID
+		out[i] = answered{in: it.in, d: it.d, out: o}
+	}
+	out[len(batch)-1] = answered{in: last.in, d: last.d, out: newOutbound(last.in, kind, text, seq, true)}
+	return out
 }
 
 // load fills the session's context cache from the store on first use.

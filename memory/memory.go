@@ -93,6 +93,10 @@ type TurnRecord struct {
 	Messages []Message
 	// Receipt is stored under Receipt.Key in the same transaction.
 	Receipt Receipt
+	// Also are the receipts of the other inbound messages the turn answered
+	// (messages collected into one turn), stored in the same transaction.
+	// The commit is a duplicate when any of the keys exists.
+	Also []Receipt
 	// Fresh, when true, moves the session's context start past all existing
 	// messages before appending (the /new command): earlier history stays on
 	// disk but is no longer loaded.

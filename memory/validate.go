@@ -49,22 +49,41 @@ func (rec *TurnRecord) Validate() error {
 	if err := ValidateSession(rec.Session); err != nil {
 		return err
 	}
-	if err := ValidateReceiptKey(rec.Receipt.Key); err != nil {
+	if err := rec.Receipt.validate("receipt", rec.Session); err != nil {
 		return err
 	}
-	if rec.Receipt.Session != "" && rec.Receipt.Session != rec.Session {
-		return fmt.Errorf("%w: receipt.session %q differs from session %q", ErrInvalid, rec.Receipt.Session, rec.Session)
-	}
-	if len(bytes.TrimSpace(rec.Receipt.Final)) == 0 {
-		return fmt.Errorf("%w: receipt.final is empty", ErrInvalid)
-	}
-	if !json.Valid(rec.Receipt.Final) {
-		return fmt.Errorf("%w: receipt.final is not valid JSON", ErrInvalid)
+	seen := map[string]bool{rec.Receipt.Key: true}
+	for i := range rec.Also {
+		name := fmt.Sprintf("also[%d]", i)
+		if err := rec.Also[i].validate(name, rec.Session); err != nil {
+			return err
+		}
+		if seen[rec.Also[i].Key] {
+			return fmt.Errorf("%w: %s.key %q appears twice in the turn", ErrInvalid, name, rec.Also[i].Key)
+		}
+		seen[rec.Also[i].Key] = true
 	}
 	for i := range rec.Messages {
 		if err := rec.Messages[i].Validate(); err != nil {
 			return fmt.Errorf("messages[%d].%w", i, err)
 		}
+	}
+	return nil
+}
+
+// validate checks one receipt of a turn record, named name in errors.
+func (r *Receipt) validate(name, session string) error {
+	if err := ValidateReceiptKey(r.Key); err != nil {
+		return err
+	}
+	if r.Session != "" && r.Session != session {
+		return fmt.Errorf("%w: %s.session %q differs from session %q", ErrInvalid, name, r.Session, session)
+	}
+	if len(bytes.TrimSpace(r.Final)) == 0 {
+		return fmt.Errorf("%w: %s.final is empty", ErrInvalid, name)
+	}
+	if !json.Valid(r.Final) {
+		return fmt.Errorf("%w: %s.final is not valid JSON", ErrInvalid, name)
 	}
 	return nil
 }

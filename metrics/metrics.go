@@ -43,6 +43,9 @@ type Metrics struct {
 	rateWaits    *prometheus.CounterVec
 	platform     *prometheus.CounterVec
 	outDups      *prometheus.CounterVec
+	redelivered  *prometheus.CounterVec
+	inboundDups  *prometheus.CounterVec
+	collected    *prometheus.CounterVec
 
 	mu       sync.Mutex
 	channels map[string]bool
@@ -88,8 +91,15 @@ func New() *Metrics {
 	m.outDups = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_outbound_duplicates_suppressed_total",
 		Help: "Outbound messages a channel adapter did not show again because their id was already shown (a final re-published after a crash), by channel."}, []string{"channel"})
 	f(m.outDups)
+	m.redelivered = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_inbound_redeliveries_total",
+		Help: "Inbound messages delivered again by the bus (after a crash or an expired ack wait), by channel."}, []string{"channel"})
+	m.inboundDups = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_inbound_duplicates_suppressed_total",
+		Help: "Inbound deliveries of messages already answered (receipt found): nothing processed or shown again, by channel."}, []string{"channel"})
+	m.collected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_collected_messages_total",
+		Help: "Inbound messages answered together with others in one turn (agent.queue_mode collect), by channel."}, []string{"channel"})
 	for _, c := range []prometheus.Collector{m.inbound, m.outbound, m.turns, m.turnDuration, m.llmRequests, m.llmTokens,
-		m.llmDuration, m.toolCalls, m.toolDuration, m.breakerTrips, m.rollbacks, m.commit, m.inFlight, m.rateWaits, m.platform} {
+		m.llmDuration, m.toolCalls, m.toolDuration, m.breakerTrips, m.rollbacks, m.commit, m.inFlight, m.rateWaits, m.platform,
+		m.redelivered, m.inboundDups, m.collected} {
 		f(c)
 	}
 	return m
@@ -151,6 +161,22 @@ func (m *Metrics) Rollback(reason string) { m.rollbacks.WithLabelValues(reason).
 
 // BreakerTrip counts a circuit-breaker trip (agent.Observer).
 func (m *Metrics) BreakerTrip(kind string) { m.breakerTrips.WithLabelValues(kind).Inc() }
+
+// Redelivered counts an inbound redelivery (agent.Observer).
+func (m *Metrics) Redelivered(channel string) {
+	m.redelivered.WithLabelValues(m.channel(channel)).Inc()
+}
+
+// DuplicateSuppressed counts an inbound delivery already answered
+// (agent.Observer).
+func (m *Metrics) DuplicateSuppressed(channel string) {
+	m.inboundDups.WithLabelValues(m.channel(channel)).Inc()
+}
+
+// Collected counts messages answered together in one turn (agent.Observer).
+func (m *Metrics) Collected(channel string, n int) {
+	m.collected.WithLabelValues(m.channel(channel)).Add(float64(n))
+}
 
 // RateLimitWait counts a wait imposed by a platform's rate limit.
 func (m *Metrics) RateLimitWait(channel string) {

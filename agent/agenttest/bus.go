@@ -25,7 +25,10 @@ type Bus struct {
 	mu        sync.Mutex
 	cond      chan struct{} // closed and replaced on every change
 	queue     []*Delivery
+	later     []*Delivery // handed back with NakWithDelay, by due time
 	published []Published
+	seq       uint64
+	naks      int
 }
 
 // Published is one message the runtime published.
@@ -42,8 +45,11 @@ type Delivery struct {
 	subject string
 	data    []byte
 
-	acked, termed bool
-	inProgress    int
+	info bus.DeliveryInfo
+	due  time.Time // when a NakWithDelay'd message is delivered again
+
+	acked, termed, nakked bool
+	inProgress            int
 }
 
 // NewBus returns a bus using the "chat" subject prefix.
@@ -73,18 +79,57 @@ func (b *Bus) Send(in bus.Inbound) *Delivery {
 
 // SendRaw queues raw bytes on subject.
 func (b *Bus) SendRaw(subject string, data []byte) *Delivery {
-	d := &Delivery{b: b, subject: subject, data: data}
 	b.mu.Lock()
+	b.seq++
+	d := &Delivery{b: b, subject: subject, data: data, info: bus.DeliveryInfo{Sequence: b.seq, NumDelivered: 1}}
 	b.queue = append(b.queue, d)
 	b.changed()
 	b.mu.Unlock()
 	return d
 }
 
-// Consume delivers queued messages in order until ctx ends.
+// Redeliver delivers d's message again, as JetStream does after a crash or
+// an expired AckWait: same subject, data and stream sequence, one more
+// delivery. It returns the new delivery.
+func (b *Bus) Redeliver(d *Delivery) *Delivery {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	nd := b.again(d)
+	b.queue = append(b.queue, nd)
+	b.changed()
+	return nd
+}
+
+// again is the next delivery of d's message. The caller holds b.mu.
+func (b *Bus) again(d *Delivery) *Delivery {
+	info := d.info
+	info.NumDelivered++
+	return &Delivery{b: b, subject: d.subject, data: d.data, info: info}
+}
+
+// Naks returns how many deliveries were handed back with NakWithDelay.
+func (b *Bus) Naks() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.naks
+}
+
+// Consume delivers queued messages in order until ctx ends; a message
+// handed back with NakWithDelay is delivered again once its delay is over,
+// before newer messages (as JetStream does).
 func (b *Bus) Consume(ctx context.Context, handler func(bus.Delivery)) error {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
 		b.mu.Lock()
+		now := time.Now()
+		if len(b.later) > 0 && !b.later[0].due.After(now) {
+			d := b.later[0]
+			b.later = b.later[1:]
+			b.mu.Unlock()
+			handler(d)
+			continue
+		}
 		if len(b.queue) > 0 {
 			d := b.queue[0]
 			b.queue = b.queue[1:]
@@ -93,11 +138,23 @@ func (b *Bus) Consume(ctx context.Context, handler func(bus.Delivery)) error {
 			continue
 		}
 		wait := b.cond
+		var due <-chan time.Time
+		if len(b.later) > 0 {
+			timer.Reset(b.later[0].due.Sub(now))
+			due = timer.C
+		}
 		b.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-wait:
+		case <-due:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
 		}
 	}
 }
@@ -172,6 +229,14 @@ func (b *Bus) waitUntil(t testing.TB, timeout time.Duration, found func() bool, 
 	}
 }
 
+// Wait waits until cond holds, re-checking after every change of the bus
+// (a publish, an acknowledgement, a delivery), failing the test with what
+// at the deadline.
+func (b *Bus) Wait(t testing.TB, timeout time.Duration, cond func() bool, what string) {
+	t.Helper()
+	b.waitUntil(t, timeout, cond, func() string { return what })
+}
+
 // WaitFor waits until pred holds for an outbound envelope and returns it,
 // failing the test at the deadline.
 func (b *Bus) WaitFor(t testing.TB, timeout time.Duration, pred func(bus.Outbound) bool) bus.Outbound {
@@ -225,10 +290,34 @@ func (d *Delivery) Ack() error { return d.settle(&d.acked) }
 // Term implements bus.Delivery.
 func (d *Delivery) Term() error { return d.settle(&d.termed) }
 
+// NakWithDelay implements bus.Delivery: the message is delivered again
+// (a new Delivery, NumDelivered one more) after delay.
+func (d *Delivery) NakWithDelay(delay time.Duration) error {
+	if err := d.settle(&d.nakked); err != nil {
+		return err
+	}
+	b := d.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.naks++
+	nd := b.again(d)
+	nd.due = time.Now().Add(delay)
+	i := len(b.later)
+	for i > 0 && b.later[i-1].due.After(nd.due) {
+		i--
+	}
+	b.later = append(b.later[:i], append([]*Delivery{nd}, b.later[i:]...)...)
+	b.changed()
+	return nil
+}
+
+// Info implements bus.Delivery.
+func (d *Delivery) Info() bus.DeliveryInfo { return d.info }
+
 func (d *Delivery) settle(flag *bool) error {
 	d.b.mu.Lock()
 	defer d.b.mu.Unlock()
-	if d.acked || d.termed {
+	if d.acked || d.termed || d.nakked {
 		return errors.New("agenttest: message already acknowledged")
 	}
 	*flag = true
@@ -249,6 +338,13 @@ func (d *Delivery) Subject() string { return d.subject }
 
 // Data implements bus.Delivery.
 func (d *Delivery) Data() []byte { return d.data }
+
+// Nakked reports whether the delivery was handed back with NakWithDelay.
+func (d *Delivery) Nakked() bool {
+	d.b.mu.Lock()
+	defer d.b.mu.Unlock()
+	return d.nakked
+}
 
 // State reports whether the message was acknowledged or terminated.
 func (d *Delivery) State() (acked, termed bool) {

@@ -88,7 +88,7 @@ func (b *Bus) Consume(ctx context.Context, handler func(bus.Delivery)) error {
 	cc, err := cons.Consume(
 		func(m jetstream.Msg) {
 			if !limit || !b.rateLimited(m) {
-				handler(m)
+				handler(delivery{m})
 			}
 		},
 		jetstream.PullMaxMessages(pullBuffer),

@@ -42,8 +42,20 @@ import (
 // ErrClosed is returned (wrapped) by the methods of a [Bus] after Close.
 var ErrClosed = errors.New("natsbus: bus closed")
 
-// Compile-time check: a JetStream message is a bus.Delivery.
-var _ bus.Delivery = jetstream.Msg(nil)
+// Compile-time check: a wrapped JetStream message is a bus.Delivery.
+var _ bus.Delivery = delivery{}
+
+// delivery is a JetStream message as a [bus.Delivery].
+type delivery struct{ jetstream.Msg }
+
+// Info implements [bus.Delivery] from the message's reply-subject metadata.
+func (d delivery) Info() bus.DeliveryInfo {
+	md, err := d.Metadata()
+	if err != nil {
+		return bus.DeliveryInfo{}
+	}
+	return bus.DeliveryInfo{Sequence: md.Sequence.Stream, NumDelivered: md.NumDelivered}
+}
 
 const (
 	// clientName is the connection name shown in the server's monitoring.

@@ -112,7 +112,9 @@ func decode(t testing.TB, b *natsbus.Bus, d bus.Delivery) *bus.Inbound {
 
 func doubleAck(t testing.TB, d bus.Delivery) {
 	t.Helper()
-	if err := d.(jetstream.Msg).DoubleAck(t.Context()); err != nil {
+	if err := d.(interface {
+		DoubleAck(context.Context) error
+	}).DoubleAck(t.Context()); err != nil {
 		t.Fatalf("DoubleAck: %v", err)
 	}
 }
@@ -582,5 +584,52 @@ func TestEmbeddedRecreatesConsumerOncePerOpen(t *testing.T) {
 	b = open(t, inProcessConfig(), dir)
 	if reopened := created(b, "m3"); reopened.Equal(first) {
 		t.Errorf("Consume after reopening reused the consumer; want it recreated")
+	}
+}
+
+// TestFloodDoesNotFillAckPending: a chat holding as many unacknowledged
+// messages as CHAT_IN keeps for one chat (some held by the runtime, some
+// handed back with NakWithDelay) leaves the consumer's MaxAckPending room
+// for other chats: another chat's message is still delivered. A handed-back
+// message comes back with the same stream sequence and one more delivery.
+func TestFloodDoesNotFillAckPending(t *testing.T) {
+	b := open(t, inProcessConfig(), t.TempDir())
+	flood := func(id string) bus.Inbound {
+		in := inbound(id, "flood")
+		in.ChatID = "flood"
+		return in
+	}
+	for i := range natsbus.InMaxMsgsPerSubject {
+		publishInbound(t, b, flood(fmt.Sprintf("f%d", i)))
+	}
+	c := startConsume(t, b)
+	var first bus.Delivery
+	for i := range natsbus.InMaxMsgsPerSubject {
+		d := c.next(t)
+		if info := d.Info(); info.Sequence == 0 || info.NumDelivered != 1 {
+			t.Fatalf("first delivery info = %+v", info)
+		}
+		switch {
+		case i == 0:
+			first = d
+			if err := d.NakWithDelay(10 * time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+		case i%2 == 1:
+			if err := d.NakWithDelay(time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		} // the others stay held, unacknowledged
+	}
+	again := c.next(t)
+	if got, want := again.Info(), (bus.DeliveryInfo{Sequence: first.Info().Sequence, NumDelivered: 2}); got != want {
+		t.Errorf("handed-back message came back with %+v; want %+v", got, want)
+	}
+	publishInbound(t, b, inbound("other", "hello"))
+	if in := decode(t, b, c.next(t)); in.ID != "other" {
+		t.Errorf("delivered %q; want the other chat's message", in.ID)
+	}
+	if natsbus.MaxAckPending < 4*natsbus.InMaxMsgsPerSubject {
+		t.Errorf("MaxAckPending %d leaves room for fewer than 4 flooding chats (%d each)", natsbus.MaxAckPending, natsbus.InMaxMsgsPerSubject)
 	}
 }

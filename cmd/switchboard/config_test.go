@@ -104,6 +104,7 @@ func TestParseConfigTestdata(t *testing.T) {
 			c.Agent.KeepToolResults = 3
 			c.Agent.SubagentDepth = 2
 			c.Agent.SubagentConcurrency = 2
+			c.Agent.QueueMode = agent.QueueSequential
 			c.Agent.Subagents = map[string]agent.SubagentConfig{"researcher": {
 				Description: "Finds facts.", PromptFile: "agents/researcher.md", Tools: []string{"read_file", "list_dir"},
 				MaxSteps: 4, Model: "small-model", Timeout: 90 * time.Second,

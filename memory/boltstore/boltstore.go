@@ -243,7 +243,7 @@ func (s *Store) write(fn func(*bolt.Tx) error) error {
 // CommitTurn implements [memory.Store]. It validates rec (errors wrap
 // [memory.ErrInvalid]), fills zero message and receipt times with the
 // commit time, and returns a wrapped [memory.ErrDuplicate] without writing
-// anything when the receipt key exists.
+// anything when a receipt key (rec.Receipt's or one of rec.Also) exists.
 func (s *Store) CommitTurn(ctx context.Context, rec memory.TurnRecord) error {
 	if err := rec.Validate(); err != nil {
 		return fmt.Errorf("boltstore: commit turn: %w", err)
@@ -265,15 +265,18 @@ func (s *Store) CommitTurn(ctx context.Context, rec memory.TurnRecord) error {
 		msgs[i] = b
 	}
 	r := rec.Receipt
-	r.Session = rec.Session
-	if r.Time.IsZero() {
-		r.Time = now
+	receipts := make([][2][]byte, 0, 1+len(rec.Also))
+	for _, ri := range append([]memory.Receipt{rec.Receipt}, rec.Also...) {
+		ri.Session = rec.Session
+		if ri.Time.IsZero() {
+			ri.Time = now
+		}
+		b, err := json.Marshal(ri)
+		if err != nil {
+			return fmt.Errorf("boltstore: commit turn %q: encode receipt %q: %w", r.Key, ri.Key, err)
+		}
+		receipts = append(receipts, [2][]byte{[]byte(ri.Key), b})
 	}
-	receipt, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("boltstore: commit turn %q: encode receipt: %w", rec.Receipt.Key, err)
-	}
-	rkey := []byte(r.Key)
 	skey := []byte(rec.Session)
 
 	if err := s.begin(ctx); err != nil {
@@ -282,12 +285,14 @@ func (s *Store) CommitTurn(ctx context.Context, rec memory.TurnRecord) error {
 	defer s.mu.RUnlock()
 
 	var dup bool
-	err = s.write(func(tx *bolt.Tx) error {
+	err := s.write(func(tx *bolt.Tx) error {
 		dup = false
-		receipts := tx.Bucket(bucketReceipts)
-		if receipts.Get(rkey) != nil {
-			dup = true
-			return nil
+		bucketR := tx.Bucket(bucketReceipts)
+		for _, kv := range receipts {
+			if bucketR.Get(kv[0]) != nil {
+				dup = true
+				return nil
+			}
 		}
 		sessions := tx.Bucket(bucketSessions)
 		meta, ok, err := getMeta(sessions, skey)
@@ -314,8 +319,10 @@ func (s *Store) CommitTurn(ctx context.Context, rec memory.TurnRecord) error {
 		if err := putMeta(sessions, skey, meta); err != nil {
 			return err
 		}
-		if err := receipts.Put(rkey, receipt); err != nil {
-			return fmt.Errorf("put receipt: %w", err)
+		for _, kv := range receipts {
+			if err := bucketR.Put(kv[0], kv[1]); err != nil {
+				return fmt.Errorf("put receipt %q: %w", kv[0], err)
+			}
 		}
 		return nil
 	})

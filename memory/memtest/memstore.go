@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -99,20 +100,26 @@ func (s *MemStore) CommitTurn(ctx context.Context, rec memory.TurnRecord) error 
 		msgs[i] = b
 	}
 	r := rec.Receipt
-	r.Session = rec.Session
-	if r.Time.IsZero() {
-		r.Time = now
-	}
-	receipt, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("memtest: commit turn %q: encode receipt: %w", r.Key, err)
+	receipts := map[string][]byte{}
+	for _, ri := range append([]memory.Receipt{rec.Receipt}, rec.Also...) {
+		ri.Session = rec.Session
+		if ri.Time.IsZero() {
+			ri.Time = now
+		}
+		b, err := json.Marshal(ri)
+		if err != nil {
+			return fmt.Errorf("memtest: commit turn %q: encode receipt %q: %w", r.Key, ri.Key, err)
+		}
+		receipts[ri.Key] = b
 	}
 	if err := s.lock(ctx); err != nil {
 		return fmt.Errorf("memtest: commit turn %q: %w", r.Key, err)
 	}
 	defer s.mu.Unlock()
-	if _, ok := s.receipts[r.Key]; ok {
-		return fmt.Errorf("memtest: commit turn %q: %w", r.Key, memory.ErrDuplicate)
+	for k := range receipts {
+		if _, ok := s.receipts[k]; ok {
+			return fmt.Errorf("memtest: commit turn %q: %w", r.Key, memory.ErrDuplicate)
+		}
 	}
 	sess := s.sessions[rec.Session]
 	if sess == nil {
@@ -127,7 +134,7 @@ func (s *MemStore) CommitTurn(ctx context.Context, rec memory.TurnRecord) error 
 	sess.msgs = append(sess.msgs, msgs...)
 	sess.turns += turns
 	sess.lastActive = now
-	s.receipts[r.Key] = receipt
+	maps.Copy(s.receipts, receipts)
 	s.commits++
 	return nil
 }

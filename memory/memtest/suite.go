@@ -33,6 +33,7 @@ func Run(t *testing.T, open func(t *testing.T) memory.Store) {
 		{"Fresh", testFresh},
 		{"Duplicate", testDuplicate},
 		{"Receipts", testReceipts},
+		{"CollectedReceipts", testCollectedReceipts},
 		{"InvalidRecords", testInvalidRecords},
 		{"InvalidArguments", testInvalidArguments},
 		{"SessionsIsolated", testSessionsIsolated},
@@ -585,5 +586,40 @@ func testClosed(t *testing.T, s memory.Store) {
 		if _, err := p.PruneReceipts(ctx, time.Now()); !errors.Is(err, memory.ErrClosed) {
 			t.Errorf("PruneReceipts after Close = %v, want ErrClosed", err)
 		}
+	}
+}
+
+// testCollectedReceipts: a turn answering several inbound messages stores
+// every receipt in its one transaction, and a later commit touching any of
+// those keys is a duplicate that writes nothing.
+func testCollectedReceipts(t *testing.T, s memory.Store) {
+	sess := "telegram/collect"
+	rec := Turn(sess, "3", "third", "answer")
+	rec.Also = []memory.Receipt{
+		{Key: sess + ":1", Final: json.RawMessage(`{"kind":"notice"}`)},
+		{Key: sess + ":2", Final: json.RawMessage(`{"kind":"notice"}`)},
+	}
+	mustCommit(t, s, rec)
+	for _, k := range []string{sess + ":1", sess + ":2", sess + ":3"} {
+		r, ok, err := s.Receipt(t.Context(), k)
+		if err != nil || !ok || r.Session != sess || r.Time.IsZero() {
+			t.Errorf("Receipt(%q) = %+v, %v, %v; want stored with session and time", k, r, ok, err)
+		}
+	}
+	again := Turn(sess, "4", "fourth", "other")
+	again.Also = []memory.Receipt{{Key: sess + ":2", Final: json.RawMessage(`{}`)}}
+	if err := s.CommitTurn(t.Context(), again); !errors.Is(err, memory.ErrDuplicate) {
+		t.Fatalf("commit with a collected key already stored = %v; want ErrDuplicate", err)
+	}
+	if _, ok, _ := s.Receipt(t.Context(), sess+":4"); ok {
+		t.Error("a duplicate commit stored its main receipt")
+	}
+	if snap := mustLoad(t, s, sess, 10); len(snap.Messages) != 2 {
+		t.Errorf("history holds %d messages after a duplicate commit; want 2", len(snap.Messages))
+	}
+	twice := Turn(sess, "5", "fifth", "x")
+	twice.Also = []memory.Receipt{{Key: sess + ":5", Final: json.RawMessage(`{}`)}}
+	if err := s.CommitTurn(t.Context(), twice); !errors.Is(err, memory.ErrInvalid) {
+		t.Errorf("commit naming one key twice = %v; want ErrInvalid", err)
 	}
 }
