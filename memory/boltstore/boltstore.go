@@ -104,9 +104,9 @@ type Store struct {
 }
 
 var (
-	_ memory.Store         = (*Store)(nil)
-	_ memory.Compactor     = (*Store)(nil)
-	_ memory.ReceiptPruner = (*Store)(nil)
+	_ memory.Store           = (*Store)(nil)
+	_ memory.Compactor       = (*Store)(nil)
+	_ memory.ReceiptPruner   = (*Store)(nil)
 	_ memory.SessionPruner   = (*Store)(nil)
 	_ memory.SessionResetter = (*Store)(nil)
 )

@@ -35,8 +35,8 @@ type memSession struct {
 }
 
 var (
-	_ memory.Store         = (*MemStore)(nil)
-	_ memory.Compactor     = (*MemStore)(nil)
+	_ memory.Store           = (*MemStore)(nil)
+	_ memory.Compactor       = (*MemStore)(nil)
 	_ memory.ReceiptPruner   = (*MemStore)(nil)
 	_ memory.SessionResetter = (*MemStore)(nil)
 )
