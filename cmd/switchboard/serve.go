@@ -165,7 +165,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		DataDir: cfg.DataDir, Log: log, Status: adm.SetReady, Metrics: mx}, adm); err != nil {
 		return err
 	}
-	g.Go(func() error { watchBus(gctx, b, adm); return nil })
+	g.Go(func() error {
+		b.WatchReady(gctx, 5*time.Second, func(err error) { adm.SetReady(compBus, err) })
+		return nil
+	})
 	adm.SetReady(compAgent, nil)
 	log.Info("switchboard is running", "bus", busDescription(b), "admin", cfg.Admin.Listen,
 		"model", cfg.LLM.Model, "workspace", ws.Dir(), "startup", time.Since(t0).Round(time.Microsecond))
@@ -303,22 +306,6 @@ func buildModel(cfg llm.Config, log *slog.Logger) (agent.Model, error) {
 		fbs = append(fbs, fb)
 	}
 	return llm.NewFailover(log, cfg.FallbackCooldown, primary, fbs...), nil
-}
-
-// watchBus keeps the bus's readiness current (an external NATS can go away).
-func watchBus(ctx context.Context, b *natsbus.Bus, adm *admin.Server) {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			adm.SetReady(compBus, b.Ready(rctx))
-			cancel()
-		}
-	}
 }
 
 func busDescription(b *natsbus.Bus) string {
