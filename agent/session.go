@@ -324,7 +324,7 @@ func (s *session) turn(ctx context.Context, it item) {
 	}
 	out := newOutbound(in, res.Kind, res.Text, sink.nextSeq(), true)
 	if err := m.deliverFinal(ctx, in, it.d, out, msgs, fresh); err != nil {
-		log.Error("answer not delivered; the message will be redelivered", "err", err)
+		m.logUndelivered(log, err)
 		s.loaded = false
 		return
 	}

@@ -40,6 +40,7 @@ type Metrics struct {
 	rollbacks    *prometheus.CounterVec
 	commit       prometheus.Histogram
 	inFlight     prometheus.Gauge
+	storeFails   *prometheus.CounterVec
 	rateWaits    *prometheus.CounterVec
 	platform     *prometheus.CounterVec
 
@@ -80,12 +81,14 @@ func New() *Metrics {
 		Help: "History store commit latency (group commit across sessions).", Buckets: prometheus.ExponentialBuckets(0.0001, 3, 10)})
 	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "switchboard_store_commits_in_flight",
 		Help: "History store commits waiting or running; concurrent commits share one transaction."})
+	m.storeFails = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_store_failures_total",
+		Help: "History store operations that failed (disk full, I/O error), by operation (commit, mark_published); the messages they hit are redelivered."}, []string{"op"})
 	m.rateWaits = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_rate_limit_waits_total",
 		Help: "Waits imposed by platform rate limits, by channel."}, []string{"channel"})
 	m.platform = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_platform_sends_total",
 		Help: "Messages sent to chat platforms by channel adapters, by channel and status (ok, retry, failed)."}, []string{"channel", "status"})
 	for _, c := range []prometheus.Collector{m.inbound, m.outbound, m.turns, m.turnDuration, m.llmRequests, m.llmTokens,
-		m.llmDuration, m.toolCalls, m.toolDuration, m.breakerTrips, m.rollbacks, m.commit, m.inFlight, m.rateWaits, m.platform} {
+		m.llmDuration, m.toolCalls, m.toolDuration, m.breakerTrips, m.rollbacks, m.commit, m.inFlight, m.storeFails, m.rateWaits, m.platform} {
 		f(c)
 	}
 	return m
@@ -160,6 +163,10 @@ func (m *Metrics) PlatformSend(channel, status string) {
 
 // Commit records one history store commit.
 func (m *Metrics) Commit(start time.Time) { m.commit.Observe(time.Since(start).Seconds()) }
+
+// StoreFailure counts a failed history store operation (op is one of a
+// fixed set: commit, mark_published).
+func (m *Metrics) StoreFailure(op string) { m.storeFails.WithLabelValues(op).Inc() }
 
 // CommitStarted and CommitDone track commits in flight.
 func (m *Metrics) CommitStarted() { m.inFlight.Inc() }

@@ -101,7 +101,7 @@ func (b *Bus) Consume(ctx context.Context, handler func(bus.Delivery)) error {
 	limit := b.ns == nil && len(b.limits) > 0 // embedded: the ingress limits
 	deliver := func(m jetstream.Msg) {
 		if !limit || !b.rateLimited(m) {
-			handler(m)
+			handler(delivery{m})
 		}
 	}
 	for {
@@ -131,6 +131,33 @@ func (b *Bus) Consume(ctx context.Context, handler func(bus.Delivery)) error {
 		}
 		b.log.Info("consumer re-created; consuming again", "stream", b.streams.In, "consumer", ConsumerName)
 	}
+}
+
+// delivery is the [bus.Delivery] Consume hands out: the JetStream message,
+// which can also be retried soon ([delivery.Retry]).
+type delivery struct{ jetstream.Msg }
+
+// Retry asks JetStream to redeliver the message after a delay that doubles
+// with each delivery of it: 1 s, 2 s, 4 s ..., at most [AckWait] (what an
+// unacknowledged message waits anyway). The runtime calls it when it could
+// not answer the message for now (the history store failed, the bus was
+// away), so a failing dependency is retried promptly without a hot loop.
+func (d delivery) Retry() error {
+	n := uint64(1)
+	if md, err := d.Metadata(); err == nil && md.NumDelivered > 0 {
+		n = md.NumDelivered
+	}
+	return d.NakWithDelay(RetryDelay(n))
+}
+
+// RetryDelay is the redelivery delay of [delivery.Retry] for a message
+// delivered n times (n >= 1).
+func RetryDelay(n uint64) time.Duration {
+	d := time.Second
+	for i := uint64(1); i < n && d < AckWait; i++ {
+		d *= 2
+	}
+	return min(d, AckWait)
 }
 
 // recreateWait is how long Consume waits between attempts to re-create the

@@ -110,21 +110,32 @@ func (p *natsProcess) kill(t *testing.T) {
 	p.cmd = nil
 }
 
-// externalDaemon runs serve in-process against an external NATS URL.
+// externalDaemon runs serve in-process (against an external NATS URL, or
+// the embedded bus) with the admin server, logging to log.
 type externalDaemon struct {
 	adminURL string
+	s        started
 	stop     func()
 }
 
 func startExternalDaemon(t *testing.T, cfg Config) *externalDaemon {
 	t.Helper()
+	return startServe(t, cfg, testLog())
+}
+
+// testLog discards, or with -v writes debug lines to stderr.
+func testLog() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func startServe(t *testing.T, cfg Config, log *slog.Logger) *externalDaemon {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan started, 1)
 	done := make(chan error, 1)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
 	go func() { done <- serve(ctx, cfg, log, func(s started) { ready <- s }) }()
 	var s started
 	select {
@@ -137,7 +148,7 @@ func startExternalDaemon(t *testing.T, cfg Config) *externalDaemon {
 		t.Fatal("daemon did not start")
 	}
 	<-s.Admin.Listening()
-	d := &externalDaemon{adminURL: "http://" + s.Admin.Addr()}
+	d := &externalDaemon{adminURL: "http://" + s.Admin.Addr(), s: s}
 	var once sync.Once
 	d.stop = func() {
 		once.Do(func() {
