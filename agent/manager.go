@@ -413,11 +413,36 @@ func (m *Manager) done(d bus.Delivery) {
 	}
 }
 
-// untrack stops tracking d without acknowledging it: it will be redelivered.
+// untrack stops tracking d without acknowledging it: it will be redelivered,
+// soon when the delivery can be retried (the bus's backoff), else after the
+// bus's ack wait. While draining it is left for the next start.
 func (m *Manager) untrack(d bus.Delivery) {
 	m.mu.Lock()
 	delete(m.pending, d)
 	m.mu.Unlock()
+	if r, ok := d.(retrier); ok && !m.draining.Load() {
+		if err := r.Retry(); err != nil {
+			m.log.Debug("retry request failed; the message is redelivered after the ack wait", "subject", d.Subject(), "err", err)
+		}
+	}
+}
+
+// retrier is a delivery that can ask to be redelivered soon (natsbus).
+type retrier interface{ Retry() error }
+
+// errStore marks an answer not delivered because the history store failed.
+// The store's owner logs such failures once per interval and counts them,
+// so the per-message line is a debug line.
+var errStore = errors.New("history store failed")
+
+// logUndelivered logs an answer that was not delivered and will be
+// redelivered.
+func (m *Manager) logUndelivered(log *slog.Logger, err error) {
+	level := slog.LevelError
+	if errors.Is(err, errStore) {
+		level = slog.LevelDebug
+	}
+	log.Log(context.Background(), level, "answer not delivered; the message will be redelivered", "err", err)
 }
 
 // newOutbound starts an outbound envelope answering in.
@@ -450,7 +475,7 @@ func (m *Manager) deliverFinal(ctx context.Context, in *bus.Inbound, d bus.Deliv
 func (m *Manager) deliver(ctx context.Context, session string, as []answered, msgs []memory.Message, fresh bool) bool {
 	err := m.deliverAll(ctx, session, as, msgs, fresh)
 	if err != nil && !errors.Is(err, errAlreadyAnswered) {
-		m.log.Error("answer not delivered; the message will be redelivered", "session", session, "err", err)
+		m.logUndelivered(m.log.With("session", session), err)
 	}
 	return err == nil
 }
@@ -500,7 +525,7 @@ func (m *Manager) deliverAll(ctx context.Context, session string, as []answered,
 		return errAlreadyAnswered
 	case err != nil:
 		m.untrackAll(as)
-		return fmt.Errorf("agent: commit turn: %w", err)
+		return fmt.Errorf("agent: commit turn: %w: %w", errStore, err)
 	}
 	failpoint.Hit(failpoint.AfterCommit)
 	for i, a := range as {
@@ -593,7 +618,7 @@ func (m *Manager) replayReceipt(ctx context.Context, r memory.Receipt, d bus.Del
 func (m *Manager) finishSimple(ctx context.Context, in *bus.Inbound, d bus.Delivery, kind, text string, fresh bool) {
 	out := newOutbound(in, kind, text, 1, true)
 	if err := m.deliverFinal(ctx, in, d, out, nil, fresh); err != nil && !errors.Is(err, errAlreadyAnswered) {
-		m.log.Error("answer not delivered; the message will be redelivered", "key", in.DedupKey(), "err", err)
+		m.logUndelivered(m.log.With("key", in.DedupKey()), err)
 	}
 }
 

@@ -40,6 +40,7 @@ type Metrics struct {
 	rollbacks    *prometheus.CounterVec
 	commit       prometheus.Histogram
 	inFlight     prometheus.Gauge
+	storeFails   *prometheus.CounterVec
 	rateWaits    *prometheus.CounterVec
 	platform     *prometheus.CounterVec
 	outDups      *prometheus.CounterVec
@@ -84,13 +85,14 @@ func New() *Metrics {
 		Help: "History store commit latency (group commit across sessions).", Buckets: prometheus.ExponentialBuckets(0.0001, 3, 10)})
 	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "switchboard_store_commits_in_flight",
 		Help: "History store commits waiting or running; concurrent commits share one transaction."})
+	m.storeFails = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_store_failures_total",
+		Help: "History store operations that failed (disk full, I/O error), by operation (commit, mark_published); the messages they hit are redelivered."}, []string{"op"})
 	m.rateWaits = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_rate_limit_waits_total",
 		Help: "Waits imposed by platform rate limits, by channel."}, []string{"channel"})
 	m.platform = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_platform_sends_total",
 		Help: "Messages sent to chat platforms by channel adapters, by channel and status (ok, retry, failed)."}, []string{"channel", "status"})
 	m.outDups = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_outbound_duplicates_suppressed_total",
 		Help: "Outbound messages a channel adapter did not show again because their id was already shown (a final re-published after a crash), by channel."}, []string{"channel"})
-	f(m.outDups)
 	m.redelivered = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_inbound_redeliveries_total",
 		Help: "Inbound messages delivered again by the bus (after a crash or an expired ack wait), by channel."}, []string{"channel"})
 	m.inboundDups = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_inbound_duplicates_suppressed_total",
@@ -98,8 +100,8 @@ func New() *Metrics {
 	m.collected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_collected_messages_total",
 		Help: "Inbound messages answered together with others in one turn (agent.queue_mode collect), by channel."}, []string{"channel"})
 	for _, c := range []prometheus.Collector{m.inbound, m.outbound, m.turns, m.turnDuration, m.llmRequests, m.llmTokens,
-		m.llmDuration, m.toolCalls, m.toolDuration, m.breakerTrips, m.rollbacks, m.commit, m.inFlight, m.rateWaits, m.platform,
-		m.redelivered, m.inboundDups, m.collected} {
+		m.llmDuration, m.toolCalls, m.toolDuration, m.breakerTrips, m.rollbacks, m.commit, m.inFlight, m.storeFails, m.rateWaits, m.platform,
+		m.outDups, m.redelivered, m.inboundDups, m.collected} {
 		f(c)
 	}
 	return m
@@ -196,6 +198,10 @@ func (m *Metrics) OutboundDuplicate(channel string) {
 
 // Commit records one history store commit.
 func (m *Metrics) Commit(start time.Time) { m.commit.Observe(time.Since(start).Seconds()) }
+
+// StoreFailure counts a failed history store operation (op is one of a
+// fixed set: commit, mark_published).
+func (m *Metrics) StoreFailure(op string) { m.storeFails.WithLabelValues(op).Inc() }
 
 // CommitStarted and CommitDone track commits in flight.
 func (m *Metrics) CommitStarted() { m.inFlight.Inc() }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"switchboard/bus"
@@ -68,9 +69,19 @@ func ConsumerConfig(prefix string) jetstream.ConsumerConfig {
 // Consume of a Bus recreates the consumer; a later one reuses it, so the
 // messages an earlier run handed out are not redelivered before AckWait.
 //
-// Consume returns an error if the consumer cannot be set up, if another
-// Consume is running on this Bus, if the consumer stops on its own (e.g. it
-// was deleted) or, wrapping [ErrClosed], if the Bus is closed meanwhile.
+// The bus going away does not end Consume. The client reconnects by itself
+// (an external server forever) and pulls again; after every reconnect
+// Consume re-creates what the server may have lost (the streams, the
+// bridges' consumers, its own durable consumer: a server that came back
+// with an empty store) and, when its consumer had to be created again or
+// stopped on its own (deleted by an operator), restarts the consume loop,
+// retrying every [recreateWait] until it succeeds. Nothing acknowledged is
+// lost: a message delivered but not yet acknowledged when the connection
+// dropped is redelivered after AckWait.
+//
+// Consume returns an error if the consumer cannot be set up at first, if
+// another Consume is running on this Bus or, wrapping [ErrClosed], if the
+// Bus is closed meanwhile.
 func (b *Bus) Consume(ctx context.Context, handler func(bus.Delivery)) error {
 	if b.closed.Load() {
 		return fmt.Errorf("natsbus: consume: %w", ErrClosed)
@@ -80,38 +91,165 @@ func (b *Bus) Consume(ctx context.Context, handler func(bus.Delivery)) error {
 	}
 	defer b.consuming.Store(false)
 
+	status := b.nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.CLOSED)
+	defer b.nc.RemoveStatusListener(status)
+
 	cons, err := b.setupConsumer(ctx)
 	if err != nil {
 		return fmt.Errorf("natsbus: consume: %w", err)
 	}
 	limit := b.ns == nil && len(b.limits) > 0 // embedded: the ingress limits
-	cc, err := cons.Consume(
-		func(m jetstream.Msg) {
-			if !limit || !b.rateLimited(m) {
-				handler(delivery{m})
-			}
-		},
-		jetstream.PullMaxMessages(pullBuffer),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			if !b.closed.Load() {
-				b.log.Warn("consume error", "stream", b.streams.In, "consumer", ConsumerName, "err", err)
-			}
-		}),
-	)
-	if err != nil {
-		return fmt.Errorf("natsbus: consume %s/%s: %w", b.streams.In, ConsumerName, err)
+	deliver := func(m jetstream.Msg) {
+		if !limit || !b.rateLimited(m) {
+			handler(delivery{m})
+		}
 	}
-	b.log.Debug("consuming", "stream", b.streams.In, "consumer", ConsumerName)
-	select {
-	case <-ctx.Done():
+	for {
+		cc, err := cons.Consume(deliver,
+			jetstream.PullMaxMessages(pullBuffer),
+			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+				if !b.closed.Load() {
+					b.log.Warn("consume error", "stream", b.streams.In, "consumer", ConsumerName, "err", err)
+				}
+			}),
+		)
+		if err != nil {
+			return fmt.Errorf("natsbus: consume %s/%s: %w", b.streams.In, ConsumerName, err)
+		}
+		b.log.Debug("consuming", "stream", b.streams.In, "consumer", ConsumerName)
+		restart := b.watch(ctx, cc, status)
 		cc.Stop()
 		<-cc.Closed()
-		return nil
-	case <-cc.Closed():
-		if b.closed.Load() {
+		switch {
+		case b.closed.Load():
 			return fmt.Errorf("natsbus: consume: %w", ErrClosed)
+		case !restart:
+			return nil
 		}
-		return fmt.Errorf("natsbus: consume %s/%s: consumer stopped", b.streams.In, ConsumerName)
+		if cons, err = b.recreate(ctx); err != nil {
+			return nil // ctx ended while retrying
+		}
+		b.log.Info("consumer re-created; consuming again", "stream", b.streams.In, "consumer", ConsumerName)
+	}
+}
+
+// delivery is the [bus.Delivery] Consume hands out: the JetStream message,
+// with its delivery metadata ([delivery.Info]), which can also be retried
+// soon ([delivery.Retry]).
+type delivery struct{ jetstream.Msg }
+
+// Compile-time check: a wrapped JetStream message is a bus.Delivery.
+var _ bus.Delivery = delivery{}
+
+// Info implements [bus.Delivery] from the message's reply-subject metadata.
+func (d delivery) Info() bus.DeliveryInfo {
+	md, err := d.Metadata()
+	if err != nil {
+		return bus.DeliveryInfo{}
+	}
+	return bus.DeliveryInfo{Sequence: md.Sequence.Stream, NumDelivered: md.NumDelivered}
+}
+
+// Retry asks JetStream to redeliver the message after a delay that doubles
+// with each delivery of it: 1 s, 2 s, 4 s ..., at most [AckWait] (what an
+// unacknowledged message waits anyway). The runtime calls it when it could
+// not answer the message for now (the history store failed, the bus was
+// away), so a failing dependency is retried promptly without a hot loop.
+func (d delivery) Retry() error {
+	return d.NakWithDelay(RetryDelay(max(1, d.Info().NumDelivered)))
+}
+
+// RetryDelay is the redelivery delay of [delivery.Retry] for a message
+// delivered n times (n >= 1).
+func RetryDelay(n uint64) time.Duration {
+	d := time.Second
+	for i := uint64(1); i < n && d < AckWait; i++ {
+		d *= 2
+	}
+	return min(d, AckWait)
+}
+
+// recreateWait is how long Consume waits between attempts to re-create the
+// streams and its consumer.
+const recreateWait = time.Second
+
+// watch waits while cc consumes. It returns false when ctx ends, true when
+// the consume loop must be restarted: it stopped on its own, or after a
+// reconnect the consumer was missing on the server.
+func (b *Bus) watch(ctx context.Context, cc jetstream.ConsumeContext, status <-chan nats.Status) bool {
+	down := false
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-cc.Closed():
+			if !b.closed.Load() {
+				b.log.Warn("consumer stopped; re-creating it", "stream", b.streams.In, "consumer", ConsumerName)
+			}
+			return true
+		case st := <-status:
+			switch st {
+			case nats.RECONNECTING:
+				down = true
+			case nats.CLOSED:
+				return true
+			case nats.CONNECTED:
+				if !down {
+					continue
+				}
+				down = false
+				if missing := b.ensureAfterReconnect(ctx); missing {
+					b.log.Warn("the server lost the runtime's consumer; re-creating it", "stream", b.streams.In, "consumer", ConsumerName)
+					return true
+				}
+			}
+		}
+	}
+}
+
+// ensureAfterReconnect re-creates the streams and the bridges' consumers a
+// restarted server may have lost, and reports whether the runtime's own
+// consumer is missing. Failures are logged: the consume loop's restart
+// retries them.
+func (b *Bus) ensureAfterReconnect(ctx context.Context) (missing bool) {
+	if err := b.ensureStreams(ctx); err != nil {
+		b.log.Warn("after reconnecting: could not ensure the streams", "err", err)
+		return true
+	}
+	if err := b.ensureBridgeConsumers(ctx, b.bridges); err != nil {
+		b.log.Warn("after reconnecting: could not ensure the bridges' consumers", "err", err)
+	}
+	_, err := b.js.Consumer(ctx, b.streams.In, ConsumerName)
+	return err != nil
+}
+
+// recreate ensures the streams, the bridges' consumers and the runtime's
+// consumer (created or updated, never deleted: its acknowledgement state
+// is kept), retrying every recreateWait until it succeeds or ctx ends.
+func (b *Bus) recreate(ctx context.Context) (jetstream.Consumer, error) {
+	for {
+		if b.closed.Load() {
+			return nil, ErrClosed
+		}
+		err := b.ensureStreams(ctx)
+		if err == nil {
+			err = b.ensureBridgeConsumers(ctx, b.bridges)
+		}
+		var cons jetstream.Consumer
+		if err == nil {
+			cons, err = b.js.CreateOrUpdateConsumer(ctx, b.streams.In, ConsumerConfig(b.subj.Prefix))
+		}
+		if err == nil {
+			return cons, nil
+		}
+		if ctx.Err() == nil {
+			b.log.Warn("could not re-create the consumer; retrying", "stream", b.streams.In, "consumer", ConsumerName, "err", err, "retry_in", recreateWait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(recreateWait):
+		}
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,21 +42,6 @@ import (
 
 // ErrClosed is returned (wrapped) by the methods of a [Bus] after Close.
 var ErrClosed = errors.New("natsbus: bus closed")
-
-// Compile-time check: a wrapped JetStream message is a bus.Delivery.
-var _ bus.Delivery = delivery{}
-
-// delivery is a JetStream message as a [bus.Delivery].
-type delivery struct{ jetstream.Msg }
-
-// Info implements [bus.Delivery] from the message's reply-subject metadata.
-func (d delivery) Info() bus.DeliveryInfo {
-	md, err := d.Metadata()
-	if err != nil {
-		return bus.DeliveryInfo{}
-	}
-	return bus.DeliveryInfo{Sequence: md.Sequence.Stream, NumDelivered: md.NumDelivered}
-}
 
 const (
 	// clientName is the connection name shown in the server's monitoring.
@@ -80,6 +66,11 @@ type Bus struct {
 	limits    map[string]*channelLimit // inbound rate limits by channel; read-only after Open
 	maxText   int                      // bus.max_text_bytes
 	ingress   *ingress                 // nil without bridges
+	bridges   map[string]BridgeConfig  // declared bridges; read-only after Open
+
+	// down records when and why the connection was lost; nil while
+	// connected. Set by the connection's handlers, read by Ready.
+	down atomic.Pointer[outage]
 
 	connClosed chan struct{} // closed by the connection's ClosedHandler
 
@@ -120,17 +111,27 @@ func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*
 		log:        log,
 		limits:     newLimits(cfg.Bridges),
 		maxText:    cfg.MaxTextBytes,
+		bridges:    cfg.Bridges,
 		connClosed: make(chan struct{}),
 	}
 	b.outRetention = cfg.OutRetentionOrDefault()
 	opts := []nats.Option{
 		nats.DrainTimeout(drainTimeout),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if nc.Opts.Name == clientName {
+				b.down.CompareAndSwap(nil, &outage{since: time.Now(), err: err})
+			}
 			if !b.closed.Load() {
 				log.Warn("nats disconnected", "conn", nc.Opts.Name, "err", err)
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
+			if nc.Opts.Name == clientName {
+				if o := b.down.Swap(nil); o != nil {
+					log.Info("nats reconnected", "conn", nc.Opts.Name, "url", redactURL(nc.ConnectedUrl()), "down_for", time.Since(o.since).Round(time.Millisecond))
+					return
+				}
+			}
 			log.Info("nats reconnected", "conn", nc.Opts.Name, "url", redactURL(nc.ConnectedUrl()))
 		}),
 	}
@@ -361,14 +362,23 @@ func (b *Bus) PublishCore(subject string, data []byte) error {
 	return nil
 }
 
+// outage is a lost connection: since when and the error that ended it.
+type outage struct {
+	since time.Time
+	err   error
+}
+
 // Ready reports whether the bus can serve: it is open, connected, and the
-// three streams exist. The error says which check failed.
+// three streams exist. The error says which check failed; while the
+// connection is down it names the server, how long it has been down and
+// why ("natsbus: not ready: disconnected from nats://10.0.0.5:4222 for 3s,
+// reconnecting: EOF; last error: connection refused").
 func (b *Bus) Ready(ctx context.Context) error {
 	if b.closed.Load() {
 		return fmt.Errorf("natsbus: not ready: %w", ErrClosed)
 	}
 	if st := b.nc.Status(); st != nats.CONNECTED {
-		return fmt.Errorf("natsbus: not ready: connection is %s", st)
+		return fmt.Errorf("natsbus: not ready: %s", b.downReason(st))
 	}
 	var errs []error
 	for _, name := range []string{b.streams.In, b.streams.Out, b.streams.DLQ} {
@@ -377,6 +387,59 @@ func (b *Bus) Ready(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// downReason describes a connection in state st (not CONNECTED).
+func (b *Bus) downReason(st nats.Status) string {
+	server := "the embedded server"
+	if b.ns == nil {
+		server = redactURL(b.clientURL)
+	}
+	var r strings.Builder
+	fmt.Fprintf(&r, "disconnected from %s", server)
+	b.down.CompareAndSwap(nil, &outage{since: time.Now()}) // before the handler ran
+	o := b.down.Load()
+	if o != nil {
+		fmt.Fprintf(&r, " for %s", time.Since(o.since).Round(time.Second))
+	}
+	switch st {
+	case nats.RECONNECTING, nats.DISCONNECTED:
+		r.WriteString(", reconnecting")
+	default:
+		fmt.Fprintf(&r, ", connection %s", st)
+	}
+	if o != nil && o.err != nil {
+		fmt.Fprintf(&r, ": %v", o.err)
+	}
+	if err := b.nc.LastError(); err != nil && (o == nil || o.err == nil || err.Error() != o.err.Error()) {
+		fmt.Fprintf(&r, "; last error: %v", err)
+	}
+	return r.String()
+}
+
+// WatchReady reports the bus's readiness ([Bus.Ready]) to report at once,
+// whenever the connection is lost or comes back, and every interval in
+// between (streams may go missing without a disconnect), until ctx ends.
+// It returns when ctx ends. A non-positive interval means 5 s.
+func (b *Bus) WatchReady(ctx context.Context, interval time.Duration, report func(error)) {
+	if interval <= 0 {
+		interval = 5 * time.Second
+	}
+	status := b.nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
+	defer b.nc.RemoveStatusListener(status)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		report(b.Ready(rctx))
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-status:
+		case <-t.C:
+		}
+	}
 }
 
 // Close drains the connection (waiting at most a few seconds for pending

@@ -26,8 +26,8 @@ stopped: it holds the file's lock while it runs.
   export --session KEY [--out FILE]
                                   write a session's whole history as JSON Lines
                                   (one message per line, oldest first; default stdout)
-  reset --session KEY             delete a session's history and summary
-                                  (receipts stay, so redelivered messages are still recognised)
+  reset --session KEY             delete a session's history, summary and stored answers
+                                  (receipts; run it while the daemon is stopped)
   compact                         rewrite history.db without its free space
                                   (bbolt files never shrink by themselves)
 
@@ -166,7 +166,7 @@ func historyReset(ctx context.Context, store *boltstore.Store, session string, s
 	if err := store.Reset(ctx, session); err != nil {
 		return historyError("reset", err)
 	}
-	fmt.Fprintf(stdout, "reset session %s: deleted %d messages and its summary\n", session, msgs)
+	fmt.Fprintf(stdout, "reset session %s: deleted %d messages, its summary and its stored answers\n", session, msgs)
 	return nil
 }
 

@@ -92,7 +92,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return err
 	}
 	defer bolt.Close()
-	store := measuredStore{Store: bolt, m: mx}
+	store := measuredStore{Store: bolt, m: mx, fails: &memory.FailureLog{Log: log}, fault: testStoreFault}
 	adm.SetReady(compStore, nil)
 
 	busCfg, err := withOperatorCredential(cfg, log)
@@ -165,7 +165,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		DataDir: cfg.DataDir, Log: log, Status: adm.SetReady, Metrics: mx}, adm); err != nil {
 		return err
 	}
-	g.Go(func() error { watchBus(gctx, b, adm); return nil })
+	g.Go(func() error {
+		b.WatchReady(gctx, 5*time.Second, func(err error) { adm.SetReady(compBus, err) })
+		return nil
+	})
 	adm.SetReady(compAgent, nil)
 	log.Info("switchboard is running", "bus", busDescription(b), "admin", cfg.Admin.Listen,
 		"model", cfg.LLM.Model, "workspace", ws.Dir(), "startup", time.Since(t0).Round(time.Microsecond))
@@ -180,20 +183,56 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	return nil
 }
 
-// measuredStore times history commits; embedding keeps the store's other
+// measuredStore times history commits and reports store failures (counted,
+// logged once per interval); embedding keeps the store's other
 // capabilities (compaction, summaries) visible to the agent.
 type measuredStore struct {
 	*boltstore.Store
-	m *metrics.Metrics
+	m     *metrics.Metrics
+	fails *memory.FailureLog
+	fault func(op string) error // testStoreFault
 }
+
+// testStoreFault is nil in the daemon. A test of package main sets it
+// before serve to make history writes fail as a failing disk would (the
+// write does not happen).
+var testStoreFault func(op string) error
 
 // CommitTurn implements memory.Store.
 func (s measuredStore) CommitTurn(ctx context.Context, rec memory.TurnRecord) error {
 	s.m.CommitStarted()
 	defer s.m.CommitDone()
 	start := time.Now()
-	err := s.Store.CommitTurn(ctx, rec)
+	err := s.injected("commit")
+	if err == nil {
+		err = s.Store.CommitTurn(ctx, rec)
+	}
 	s.m.Commit(start)
+	return s.failed("commit", err)
+}
+
+// MarkPublished implements memory.Store.
+func (s measuredStore) MarkPublished(ctx context.Context, key string) error {
+	err := s.injected("mark_published")
+	if err == nil {
+		err = s.Store.MarkPublished(ctx, key)
+	}
+	return s.failed("mark_published", err)
+}
+
+func (s measuredStore) injected(op string) error {
+	if s.fault == nil {
+		return nil
+	}
+	return s.fault(op)
+}
+
+// failed counts and logs err when it is a failure of the store.
+func (s measuredStore) failed(op string, err error) error {
+	if memory.IsFailure(err) {
+		s.m.StoreFailure(op)
+		s.fails.Failed(op, err)
+	}
 	return err
 }
 
@@ -303,22 +342,6 @@ func buildModel(cfg llm.Config, log *slog.Logger) (agent.Model, error) {
 		fbs = append(fbs, fb)
 	}
 	return llm.NewFailover(log, cfg.FallbackCooldown, primary, fbs...), nil
-}
-
-// watchBus keeps the bus's readiness current (an external NATS can go away).
-func watchBus(ctx context.Context, b *natsbus.Bus, adm *admin.Server) {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			adm.SetReady(compBus, b.Ready(rctx))
-			cancel()
-		}
-	}
 }
 
 func busDescription(b *natsbus.Bus) string {

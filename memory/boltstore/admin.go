@@ -185,10 +185,12 @@ func (s *Store) exportChunk(ctx context.Context, skey []byte, from uint64, found
 	return out, next, ok, err
 }
 
-// Reset deletes a session's history and summary: the next message starts
-// a new, empty session under the same key. Receipts are kept (a
-// redelivered message is still recognised). Messages are deleted in
-// bounded transactions. An unknown session is an error wrapping
+// Reset implements [memory.SessionResetter]: it deletes a session's
+// history, summary and receipts, so the next message starts a new, empty
+// session under the same key and a redelivered message of the session is
+// answered as new (unless the bus drops it as a duplicate within its own
+// window). Messages and receipts are deleted in bounded transactions. A
+// session with neither history nor receipts is an error wrapping
 // [memory.ErrNotFound]. A daemon that has the session loaded keeps its
 // in-memory context until the session is rebuilt; reset sessions while it
 // is stopped.
@@ -200,7 +202,11 @@ func (s *Store) Reset(ctx context.Context, session string) error {
 	if err != nil {
 		return fmt.Errorf("boltstore: reset %q: %w", session, err)
 	}
-	if !dropped {
+	receipts, err := s.deleteReceipts(ctx, func(r receiptHead) bool { return r.Session == session })
+	if err != nil {
+		return fmt.Errorf("boltstore: reset %q: receipts: %w", session, err)
+	}
+	if !dropped && receipts == 0 {
 		return fmt.Errorf("boltstore: reset %q: %w", session, memory.ErrNotFound)
 	}
 	return nil
@@ -208,7 +214,8 @@ func (s *Store) Reset(ctx context.Context, session string) error {
 
 // PruneSessions implements [memory.SessionPruner]: it deletes every
 // session whose last activity is before idleBefore, with its messages and
-// summary, and reports how many. Receipts stay until PruneReceipts. A
+// summary, and reports how many. Receipts go by their own age
+// ([Store.PruneReceipts]; the [Pruner] uses the same retention). A
 // session that becomes active while the prune runs is kept. Work is done
 // in bounded transactions (ctx is checked between them); deletions
 // interrupted by a crash are finished by the next call.
@@ -356,19 +363,21 @@ func (s *Store) deleteMessages(ctx context.Context, skey []byte) error {
 	}
 }
 
-// Pruner deletes sessions idle for longer than Retention, in the
-// background: at once, then every Interval. Configure it and call Run; a
-// Pruner is not meant to be copied while running.
+// Pruner deletes sessions idle for longer than Retention and receipts
+// older than Retention, in the background: at once, then every Interval.
+// History and the stored answers go together, so retention really removes
+// what was answered; a message redelivered after its receipt is gone is
+// answered as new unless the bus drops it as a duplicate (see
+// docs/architecture.md, "Why every message gets exactly one final
+// answer"). Configure it and call Run; a Pruner is not meant to be copied
+// while running.
 type Pruner struct {
 	// Store is the history store (required).
 	Store *Store
 	// Retention: sessions whose last activity is older are deleted with
-	// their messages and summary. 0 keeps sessions.
+	// their messages and summary, and receipts stored longer ago are
+	// deleted (memory.retention, a day or more). 0 keeps everything.
 	Retention time.Duration
-	// Receipts, when positive, also deletes de-duplication receipts older
-	// than this. Keep it well beyond the inbound stream's redelivery
-	// window (a day or more).
-	Receipts time.Duration
 	// Interval between prunes (default 1h).
 	Interval time.Duration
 	// Now is the clock (default time.Now).
@@ -387,31 +396,27 @@ func (p Pruner) PruneOnce(ctx context.Context) (sessions, receipts int, err erro
 	if p.Now != nil {
 		now = p.Now
 	}
-	t := now()
-	if p.Retention > 0 {
-		if sessions, err = p.Store.PruneSessions(ctx, t.Add(-p.Retention)); err != nil {
-			return sessions, 0, err
-		}
+	if p.Retention <= 0 {
+		return 0, 0, nil
 	}
-	if p.Receipts > 0 {
-		if receipts, err = p.Store.PruneReceipts(ctx, t.Add(-p.Receipts)); err != nil {
-			return sessions, receipts, err
-		}
+	before := now().Add(-p.Retention)
+	if sessions, err = p.Store.PruneSessions(ctx, before); err != nil {
+		return sessions, 0, err
 	}
-	return sessions, receipts, nil
+	receipts, err = p.Store.PruneReceipts(ctx, before)
+	return sessions, receipts, err
 }
 
 // Run prunes at once and then every Interval until ctx ends, when it
-// returns nil. With neither Retention nor Receipts set it returns nil at
-// once. A failed prune is logged and retried at the next interval. A nil
+// returns nil. Without Retention it returns nil at once. A failed prune is logged and retried at the next interval. A nil
 // Store or a negative setting is an error.
 func (p Pruner) Run(ctx context.Context) error {
 	switch {
 	case p.Store == nil:
 		return errors.New("boltstore: pruner: store is nil")
-	case p.Retention < 0 || p.Receipts < 0 || p.Interval < 0:
-		return errors.New("boltstore: pruner: retention, receipts and interval must not be negative")
-	case p.Retention == 0 && p.Receipts == 0:
+	case p.Retention < 0 || p.Interval < 0:
+		return errors.New("boltstore: pruner: retention and interval must not be negative")
+	case p.Retention == 0:
 		return nil
 	}
 	interval := p.Interval

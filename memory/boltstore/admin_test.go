@@ -186,9 +186,12 @@ func TestReset(t *testing.T) {
 	if err := s.Export(ctx, "tg/1", &bytes.Buffer{}); !errors.Is(err, memory.ErrNotFound) {
 		t.Errorf("Export after Reset = %v, want ErrNotFound", err)
 	}
-	// Receipts stay: a redelivered message is still a duplicate.
-	if err := s.CommitTurn(ctx, memtest.Turn("tg/1", "0", "u", "r")); !errors.Is(err, memory.ErrDuplicate) {
-		t.Errorf("redelivery after Reset = %v, want ErrDuplicate", err)
+	// The stored answers went with the history.
+	if _, ok, err := s.Receipt(ctx, "tg/1:0"); ok || err != nil {
+		t.Errorf("receipt after Reset = %v, %v; want gone", ok, err)
+	}
+	if _, ok, _ := s.Receipt(ctx, "tg/2:keep"); !ok {
+		t.Error("Reset removed another session's receipt")
 	}
 	if err := s.CommitTurn(ctx, memtest.Turn("tg/1", "new", "fresh", "start")); err != nil {
 		t.Fatal(err)
@@ -354,6 +357,33 @@ func TestCompactFile(t *testing.T) {
 	}
 }
 
+// TestRetentionPrunesReceipts: memory.retention removes the stored
+// answers older than it, not only the history, and keeps newer ones.
+func TestRetentionPrunesReceipts(t *testing.T) {
+	s := openStore(t, filepath.Join(t.TempDir(), "history.db"))
+	ctx := t.Context()
+	now := time.Now()
+	for i, age := range []time.Duration{72 * time.Hour, 49 * time.Hour, 47 * time.Hour, time.Hour} {
+		rec := memtest.Turn("tg/active", fmt.Sprint(i), "u", "r")
+		rec.Receipt.Time = now.Add(-age)
+		if err := s.CommitTurn(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sessions, receipts, err := boltstore.Pruner{Store: s, Retention: 48 * time.Hour, Now: func() time.Time { return now }}.PruneOnce(ctx)
+	if err != nil || sessions != 0 || receipts != 2 {
+		t.Fatalf("PruneOnce = %d sessions, %d receipts, %v; want 0, 2, nil", sessions, receipts, err)
+	}
+	for i, want := range []bool{false, false, true, true} {
+		if _, ok, err := s.Receipt(ctx, fmt.Sprintf("tg/active:%d", i)); ok != want || err != nil {
+			t.Errorf("receipt %d after retention: present %v, %v; want %v", i, ok, err, want)
+		}
+	}
+	if snap, _ := s.Load(ctx, "tg/active", 100); snap.Turns != 4 {
+		t.Errorf("the active session lost turns: %d, want 4", snap.Turns)
+	}
+}
+
 func TestPruner(t *testing.T) {
 	s := openStore(t, filepath.Join(t.TempDir(), "history.db"))
 	ctx := t.Context()
@@ -361,7 +391,7 @@ func TestPruner(t *testing.T) {
 		t.Fatal(err)
 	}
 	later := time.Now().Add(48 * time.Hour)
-	sessions, receipts, err := boltstore.Pruner{Store: s, Retention: 24 * time.Hour, Receipts: 24 * time.Hour, Now: func() time.Time { return later }}.PruneOnce(ctx)
+	sessions, receipts, err := boltstore.Pruner{Store: s, Retention: 24 * time.Hour, Now: func() time.Time { return later }}.PruneOnce(ctx)
 	if err != nil || sessions != 1 || receipts != 1 {
 		t.Errorf("PruneOnce = %d, %d, %v; want 1 session and 1 receipt", sessions, receipts, err)
 	}

@@ -104,9 +104,11 @@ type Store struct {
 }
 
 var (
-	_ memory.Store         = (*Store)(nil)
-	_ memory.Compactor     = (*Store)(nil)
-	_ memory.ReceiptPruner = (*Store)(nil)
+	_ memory.Store           = (*Store)(nil)
+	_ memory.Compactor       = (*Store)(nil)
+	_ memory.ReceiptPruner   = (*Store)(nil)
+	_ memory.SessionPruner   = (*Store)(nil)
+	_ memory.SessionResetter = (*Store)(nil)
 )
 
 // sessionMeta is the value stored in the sessions bucket.
@@ -569,26 +571,40 @@ func (s *Store) updateSession(ctx context.Context, op, session string, fn func(t
 // ctx is checked between transactions. Receipts that cannot be decoded are
 // kept.
 func (s *Store) PruneReceipts(ctx context.Context, before time.Time) (int, error) {
+	n, err := s.deleteReceipts(ctx, func(r receiptHead) bool { return r.Time.Before(before) })
+	if err != nil {
+		return n, fmt.Errorf("boltstore: prune receipts: %w", err)
+	}
+	return n, nil
+}
+
+// receiptHead is the part of a stored receipt that decides its deletion.
+type receiptHead struct {
+	Session string    `json:"session"`
+	Time    time.Time `json:"time"`
+}
+
+// deleteReceipts deletes the receipts for which del is true, scanning at
+// most pruneChunk receipts per transaction, and reports how many.
+func (s *Store) deleteReceipts(ctx context.Context, del func(receiptHead) bool) (int, error) {
 	var (
 		total int
 		from  []byte
 	)
 	for {
-		n, next, err := s.pruneChunk(ctx, from, before)
+		n, next, err := s.pruneChunk(ctx, from, del)
 		total += n
-		if err != nil {
-			return total, fmt.Errorf("boltstore: prune receipts: %w", err)
-		}
-		if next == nil {
-			return total, nil
+		if err != nil || next == nil {
+			return total, err
 		}
 		from = next
 	}
 }
 
-// pruneChunk deletes old receipts among at most pruneChunk keys starting at
-// from. It returns the key to resume at, or nil when the scan is done.
-func (s *Store) pruneChunk(ctx context.Context, from []byte, before time.Time) (int, []byte, error) {
+// pruneChunk deletes the receipts del selects among at most pruneChunk
+// keys starting at from. It returns the key to resume at, or nil when the
+// scan is done.
+func (s *Store) pruneChunk(ctx context.Context, from []byte, del func(receiptHead) bool) (int, []byte, error) {
 	if err := s.begin(ctx); err != nil {
 		return 0, nil, err
 	}
@@ -611,10 +627,8 @@ func (s *Store) pruneChunk(ctx context.Context, from []byte, before time.Time) (
 				break
 			}
 			i++
-			var r struct {
-				Time time.Time `json:"time"`
-			}
-			if json.Unmarshal(v, &r) == nil && r.Time.Before(before) {
+			var r receiptHead
+			if json.Unmarshal(v, &r) == nil && del(r) {
 				old = append(old, append([]byte(nil), k...))
 			}
 		}

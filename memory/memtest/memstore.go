@@ -14,8 +14,8 @@ import (
 	"switchboard/memory"
 )
 
-// MemStore is an in-memory [memory.Store] (also a [memory.Compactor] and a
-// [memory.ReceiptPruner]) for tests. It is safe for concurrent use. Values
+// MemStore is an in-memory [memory.Store] (also a [memory.Compactor], a
+// [memory.ReceiptPruner] and a [memory.SessionResetter]) for tests. It is safe for concurrent use. Values
 // are stored encoded, so callers never share memory with the store. Nothing
 // survives the process; Close only makes later calls fail with
 // [memory.ErrClosed].
@@ -36,9 +36,10 @@ type memSession struct {
 }
 
 var (
-	_ memory.Store         = (*MemStore)(nil)
-	_ memory.Compactor     = (*MemStore)(nil)
-	_ memory.ReceiptPruner = (*MemStore)(nil)
+	_ memory.Store           = (*MemStore)(nil)
+	_ memory.Compactor       = (*MemStore)(nil)
+	_ memory.ReceiptPruner   = (*MemStore)(nil)
+	_ memory.SessionResetter = (*MemStore)(nil)
 )
 
 // NewMemStore returns an empty store.
@@ -275,6 +276,31 @@ func (s *MemStore) PruneReceipts(ctx context.Context, before time.Time) (int, er
 		}
 	}
 	return n, nil
+}
+
+// Reset implements [memory.SessionResetter]: the session's messages,
+// summary and receipts are deleted.
+func (s *MemStore) Reset(ctx context.Context, session string) error {
+	if err := memory.ValidateSession(session); err != nil {
+		return fmt.Errorf("memtest: reset: %w", err)
+	}
+	if err := s.lock(ctx); err != nil {
+		return fmt.Errorf("memtest: reset %q: %w", session, err)
+	}
+	defer s.mu.Unlock()
+	_, found := s.sessions[session]
+	delete(s.sessions, session)
+	for k, v := range s.receipts {
+		var r memory.Receipt
+		if json.Unmarshal(v, &r) == nil && r.Session == session {
+			delete(s.receipts, k)
+			found = true
+		}
+	}
+	if !found {
+		return fmt.Errorf("memtest: reset %q: %w", session, memory.ErrNotFound)
+	}
+	return nil
 }
 
 // SetSummary replaces a session's summary (the background summariser's

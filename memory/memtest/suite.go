@@ -18,8 +18,8 @@ import (
 // Run is the conformance suite for [memory.Store] implementations. open
 // must return a fresh, empty store for each call; Run closes it (stores
 // must tolerate a second Close, e.g. from a t.Cleanup in open). Optional
-// capabilities ([memory.Compactor], [memory.ReceiptPruner]) are tested when
-// the store implements them.
+// capabilities ([memory.Compactor], [memory.ReceiptPruner],
+// [memory.SessionResetter]) are tested when the store implements them.
 func Run(t *testing.T, open func(t *testing.T) memory.Store) {
 	t.Helper()
 	tests := []struct {
@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) memory.Store) {
 		{"ValuesAreCopies", testValuesAreCopies},
 		{"Compact", testCompact},
 		{"PruneReceipts", testPruneReceipts},
+		{"ResetRemovesReceipts", testResetRemovesReceipts},
 		{"Closed", testClosed},
 	}
 	for _, tt := range tests {
@@ -554,6 +555,52 @@ func testPruneReceipts(t *testing.T, s memory.Store) {
 	}
 	if n, err := p.PruneReceipts(t.Context(), time.Now().Add(-24*time.Hour)); n != 0 || err != nil {
 		t.Errorf("second PruneReceipts = %d, %v; want 0, nil", n, err)
+	}
+}
+
+func testResetRemovesReceipts(t *testing.T, s memory.Store) {
+	r, ok := s.(memory.SessionResetter)
+	if !ok {
+		t.Skip("store does not implement memory.SessionResetter")
+	}
+	ctx := t.Context()
+	mustCommit(t, s, Turn("reset/1", "a", "u", "r"))
+	mustCommit(t, s, Turn("reset/1", "b", "u", "r"))
+	mustCommit(t, s, Turn("reset/2", "a", "u", "r"))
+	// A session whose history is gone but whose receipt stays is known.
+	only := Turn("reset/3", "a", "u", "r")
+	only.Messages = nil
+	mustCommit(t, s, only)
+	if err := r.Reset(ctx, "reset/1"); err != nil {
+		t.Fatalf("Reset = %v", err)
+	}
+	for _, key := range []string{"reset/1:a", "reset/1:b"} {
+		if _, ok, err := s.Receipt(ctx, key); ok || err != nil {
+			t.Errorf("Receipt(%q) after Reset = %v, %v; want gone", key, ok, err)
+		}
+	}
+	if _, ok, _ := s.Receipt(ctx, "reset/2:a"); !ok {
+		t.Error("Reset removed another session's receipt")
+	}
+	if snap := mustLoad(t, s, "reset/1", 100); len(snap.Messages) != 0 || snap.Turns != 0 {
+		t.Errorf("history after Reset: %d messages, %d turns", len(snap.Messages), snap.Turns)
+	}
+	// The stored answer is gone: the same message is answered as new.
+	mustCommit(t, s, Turn("reset/1", "a", "again", "new answer"))
+	if snap := mustLoad(t, s, "reset/1", 100); snap.Turns != 1 || texts(snap.Messages)[0] != "again" {
+		t.Errorf("after Reset and a new turn: %+v", snap)
+	}
+	if err := r.Reset(ctx, "reset/3"); err != nil {
+		t.Errorf("Reset of a session with only a receipt = %v", err)
+	}
+	if _, ok, _ := s.Receipt(ctx, "reset/3:a"); ok {
+		t.Error("receipt of reset/3 survived Reset")
+	}
+	if err := r.Reset(ctx, "reset/none"); !errors.Is(err, memory.ErrNotFound) {
+		t.Errorf("Reset(unknown) = %v, want ErrNotFound", err)
+	}
+	if err := r.Reset(ctx, ""); !errors.Is(err, memory.ErrInvalid) {
+		t.Errorf("Reset(\"\") = %v, want ErrInvalid", err)
 	}
 }
 
