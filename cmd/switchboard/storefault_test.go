@@ -114,8 +114,10 @@ func TestStoreFailureRetriesUntilAnswered(t *testing.T) {
 			t.Errorf("message %s has %d finals, want 1", id, finals[id])
 		}
 	}
-	if got := commits.Load(); got < failing+int64(len(ids)) {
-		t.Errorf("%d commits attempted; want the %d failing ones and one per message", got, failing)
+	// Messages of one chat may be answered together (agent.queue_mode
+	// collect): at least one commit per chat.
+	if got := commits.Load(); got < failing+4 {
+		t.Errorf("%d commits attempted; want the %d failing ones and at least one per chat", got, failing)
 	}
 
 	// The failures are counted (no ids in the labels).
@@ -164,6 +166,9 @@ func TestStoreFailureRetriesUntilAnswered(t *testing.T) {
 		if err := store.Export(t.Context(), fmt.Sprintf("console/c%d", c), &buf); err != nil {
 			t.Fatal(err)
 		}
+		// Each inbound message is stored once as a user message (a
+		// collected turn stores each of its messages, the first one
+		// starting the turn).
 		turns := map[string]int{}
 		dec := json.NewDecoder(&buf)
 		for dec.More() {
@@ -171,7 +176,7 @@ func TestStoreFailureRetriesUntilAnswered(t *testing.T) {
 			if err := dec.Decode(&m); err != nil {
 				t.Fatal(err)
 			}
-			if m.TurnStart {
+			if m.Role == memory.RoleUser && m.InboundID != "" {
 				turns[m.InboundID]++
 			}
 		}
