@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -180,6 +181,7 @@ func TestKillSoak(t *testing.T) {
 		})
 	}
 
+	var firstAnswer []time.Duration // per restart: until the first new final
 	for k := range kills {
 		// A random moment: the daemon runs 0.2 to 1.5 s, then dies.
 		time.Sleep(time.Duration(200+rng.IntN(1300)) * time.Millisecond)
@@ -191,8 +193,14 @@ func TestKillSoak(t *testing.T) {
 		case <-time.After(wait):
 			t.Fatalf("kill %d: daemon did not die", k+1)
 		}
+		// Time from the restart to the first new answer (messages are
+		// always in flight).
+		before, restarted := w.freshFinals(), time.Now()
 		p = startProcess(t, bin, config)
 		connectWhenUp(t, p, url, dataDir).Close()
+		if w.waitFresh(before, wait) {
+			firstAnswer = append(firstAnswer, time.Since(restarted))
+		}
 	}
 	close(stop)
 	senders.Wait()
@@ -280,8 +288,14 @@ func TestKillSoak(t *testing.T) {
 	model.mu.Lock()
 	invalid := len(model.invalid)
 	model.mu.Unlock()
-	t.Logf("kill soak: seed=%d kills=%d chats=%d accepted=%d lost=%d doubled=%d violations=%d history_doubles=%d wire_repeats=%d kit_repeats=%d invalid_requests=%d elapsed=%s",
-		seed, kills, soakChats, len(ids), lost, doubled, violations, histDoubles, wireRepeats, kitRepeats, invalid, time.Since(began).Round(time.Second))
+	slices.Sort(firstAnswer)
+	var p50, pmax time.Duration
+	if n := len(firstAnswer); n > 0 {
+		p50, pmax = firstAnswer[n/2], firstAnswer[n-1]
+	}
+	t.Logf("kill soak: seed=%d kills=%d chats=%d accepted=%d lost=%d doubled=%d violations=%d history_doubles=%d wire_repeats=%d kit_repeats=%d invalid_requests=%d restart_to_answer_p50=%s max=%s elapsed=%s",
+		seed, kills, soakChats, len(ids), lost, doubled, violations, histDoubles, wireRepeats, kitRepeats, invalid,
+		p50.Round(time.Millisecond), pmax.Round(time.Millisecond), time.Since(began).Round(time.Second))
 	for _, e := range examples {
 		t.Log("  " + e)
 	}

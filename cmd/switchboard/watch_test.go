@@ -47,6 +47,7 @@ type outWatcher struct {
 	mu      sync.Mutex
 	byIn    map[string]*inboundView
 	changed chan struct{} // closed and replaced on every final
+	fresh   int           // distinct final ids seen on the wire
 }
 
 // inboundView is what the watcher saw for one inbound message.
@@ -175,6 +176,9 @@ func (w *outWatcher) onWire(m *nats.Msg) {
 	switch {
 	case o.Final:
 		v.wire[o.ID]++
+		if v.wire[o.ID] == 1 {
+			w.fresh++
+		}
 		v.final = true
 		w.notify()
 	case v.final:
@@ -191,6 +195,35 @@ func (w *outWatcher) onKit(_ context.Context, o bus.Outbound) error {
 	w.view(o.InReplyTo).shown[o.ID]++
 	w.notify()
 	return nil
+}
+
+// freshFinals returns how many distinct final ids the wire has carried.
+func (w *outWatcher) freshFinals() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.fresh
+}
+
+// waitFresh waits until the wire has carried more than n distinct final
+// ids, at most timeout, and reports whether it did.
+func (w *outWatcher) waitFresh(n int, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		w.mu.Lock()
+		ok, ch := w.fresh > n, w.changed
+		w.mu.Unlock()
+		if ok {
+			return true
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false
+		}
+		select {
+		case <-ch:
+		case <-time.After(left):
+		}
+	}
 }
 
 // waitChange waits until a final arrives or d passes.
