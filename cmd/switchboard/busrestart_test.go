@@ -317,27 +317,33 @@ func waitAllAnswered(t *testing.T, js jetstream.JetStream, ids []string) map[str
 	}
 }
 
+// startBusRestartRig starts an external nats-server, a daemon on it with
+// an echoing model, ready, and a sender's connection to the server.
+func startBusRestartRig(t *testing.T) (*natsProcess, *externalDaemon, jetstream.JetStream, *publisher) {
+	t.Helper()
+	ns := newNATSProcess(t)
+	model := llmtest.NewServer(t, llmtest.WithResponder(llmtest.EchoResponder))
+	d := startExternalDaemon(t, externalConfig(t, ns.url(), model.URL()))
+	d.waitReadyz(t, http.StatusOK, func(string) bool { return true })
+	nc, err := nats.Connect(ns.url(), quietReconnecting()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns, d, js, &publisher{js: js, subj: bus.Subjects{Prefix: "chat"}}
+}
+
 // TestBusRestartUnderLoad: the external NATS server is killed and started
 // again (same store) while eight chats keep sending. While it is down
 // /readyz says 503 with the bus's reason; afterwards the daemon is ready
 // again and every message accepted before, during (retried by the sender)
 // and after the outage has exactly one final answer.
 func TestBusRestartUnderLoad(t *testing.T) {
-	ns := newNATSProcess(t)
-	model := llmtest.NewServer(t, llmtest.WithResponder(llmtest.EchoResponder))
-	d := startExternalDaemon(t, externalConfig(t, ns.url(), model.URL()))
-	d.waitReadyz(t, http.StatusOK, func(string) bool { return true })
-
-	nc, err := nats.Connect(ns.url(), quietReconnecting()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := &publisher{js: js, subj: bus.Subjects{Prefix: "chat"}}
+	ns, d, js, pub := startBusRestartRig(t)
 
 	const chats = 8
 	ctx, stopSending := context.WithCancel(t.Context())
@@ -398,21 +404,7 @@ func TestBusRestartUnderLoad(t *testing.T) {
 // JetStream store (a new machine, a wiped volume). The daemon re-creates
 // the streams and its durable consumer and answers new messages.
 func TestBusRestartWithEmptyStore(t *testing.T) {
-	ns := newNATSProcess(t)
-	model := llmtest.NewServer(t, llmtest.WithResponder(llmtest.EchoResponder))
-	d := startExternalDaemon(t, externalConfig(t, ns.url(), model.URL()))
-	d.waitReadyz(t, http.StatusOK, func(string) bool { return true })
-
-	nc, err := nats.Connect(ns.url(), quietReconnecting()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := &publisher{js: js, subj: bus.Subjects{Prefix: "chat"}}
+	ns, d, js, pub := startBusRestartRig(t)
 	if !pub.send(t.Context(), "c1", "before") {
 		t.Fatal("not accepted")
 	}
