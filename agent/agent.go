@@ -14,10 +14,10 @@ import (
 	"context"
 	"time"
 
-	"switchboard/agent/llm"
-	"switchboard/bus"
-	"switchboard/tools"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // Model streams one chat completion. Implementations are safe for concurrent

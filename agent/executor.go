@@ -10,11 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"switchboard/agent/llm"
-	"switchboard/bus"
-	"switchboard/internal/failpoint"
-	"switchboard/memory"
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/failpoint"
+	"github.com/switchboard-chat/switchboard/memory"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 // Limits of what one turn stores and sends (cowagent.md §1).

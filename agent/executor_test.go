@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/agent/llm"
-	"switchboard/bus"
-	"switchboard/memory"
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/memory"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 // scriptModel is an in-package Model fake: it returns scripted responses in

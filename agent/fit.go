@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"switchboard/memory"
+	"github.com/switchboard-chat/switchboard/memory"
 )
 
 // Context budget (cowagent.md §3).

@@ -1,9 +1,9 @@
 package agent
 
 import (
-	"switchboard/agent/llm"
-	"switchboard/bus"
-	"switchboard/memory"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/memory"
 )
 
 const (

@@ -11,14 +11,14 @@ import (
 
 	"go.uber.org/goleak"
 
-	"switchboard/agent/agenttest"
-	"switchboard/agent/llm"
-	"switchboard/agent/llm/llmtest"
-	"switchboard/bus"
-	"switchboard/memory"
-	"switchboard/memory/memtest"
-	"switchboard/tools"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/agent/agenttest"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/memory"
+	"github.com/switchboard-chat/switchboard/memory/memtest"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"switchboard/agent/llm"
-	"switchboard/memory"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/memory"
 )
 
 // Placeholder texts that keep the OpenAI API's invariants: a tool message

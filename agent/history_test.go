@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"switchboard/agent/llm"
-	"switchboard/memory"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/memory"
 )
 
 // validForOpenAI checks the API's rules on a converted request: every

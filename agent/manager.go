@@ -13,9 +13,9 @@ import (
 
 	"github.com/nats-io/nuid"
 
-	"switchboard/bus"
-	"switchboard/internal/failpoint"
-	"switchboard/memory"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/failpoint"
+	"github.com/switchboard-chat/switchboard/memory"
 )
 
 // Defaults of the manager's timing knobs.

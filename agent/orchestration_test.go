@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/agent/llm/llmtest"
-	"switchboard/bus"
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 // temperatureOf returns the temperature sent in request n.

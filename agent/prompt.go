@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
-	"switchboard/tools"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // turnFacts are the runtime facts of one turn that enter the system prompt.

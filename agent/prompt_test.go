@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/tools"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 var update = flag.Bool("update", false, "update golden files")

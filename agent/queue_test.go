@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/agent/agenttest"
-	"switchboard/agent/llm/llmtest"
-	"switchboard/bus"
-	"switchboard/memory"
-	"switchboard/memory/boltstore"
+	"github.com/switchboard-chat/switchboard/agent/agenttest"
+	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/memory"
+	"github.com/switchboard-chat/switchboard/memory/boltstore"
 )
 
 // gatedEcho answers every request with "re: <last user text>", holding the

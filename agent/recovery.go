@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"switchboard/agent/llm"
-	"switchboard/memory"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/memory"
 )
 
 // errOverflowReset marks a context overflow that compaction did not cure.

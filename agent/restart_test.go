@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/agent/llm/llmtest"
-	"switchboard/bus"
+	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/bus"
 )
 
 // TestCutStreamRestarts: a stream cut after its first deltas (text cut

@@ -12,9 +12,9 @@ import (
 	"sync"
 	"time"
 
-	"switchboard/bus"
-	"switchboard/memory"
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/memory"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 // item is one queued inbound message.
@@ -558,13 +558,6 @@ func (s *session) compact(ctx context.Context) {
 	if err := c.Compact(ctx, s.key, s.summary(), len(turnStarts(s.history))); err != nil {
 		s.m.log.Warn("could not store the compacted context", "session", s.key, "err", err)
 	}
-}
-
-func toolList(tb Toolbox) []tools.Tool {
-	if tb == nil {
-		return nil
-	}
-	return tb.List()
 }
 
 // userMessage converts an inbound envelope into the stored user message. In

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"switchboard/agent/llm/llmtest"
-	"switchboard/bus"
+	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/bus"
 )
 
 func TestSpeakerLabel(t *testing.T) {

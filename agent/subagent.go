@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"switchboard/agent/llm"
-	"switchboard/bus"
-	"switchboard/memory"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/memory"
 )
 
 const (

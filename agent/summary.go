@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"switchboard/agent/llm"
-	"switchboard/memory"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/memory"
 )
 
 // Background summaries (issue: compaction with summaries, durably).

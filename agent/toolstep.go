@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
-	"switchboard/agent/llm"
-	"switchboard/bus"
-	"switchboard/memory"
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/memory"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 // prepared is one tool call after argument and breaker checks.

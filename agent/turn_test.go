@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/agent/llm"
-	"switchboard/agent/llm/llmtest"
-	"switchboard/bus"
-	"switchboard/memory"
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/memory"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 // Behaviour 1: limits and the forced summary.

@@ -2,8 +2,8 @@
 // envelopes, their validation, and the subject scheme (DESIGN.md §3–4).
 //
 // This package is pure data: it does no I/O. The NATS connection, the embedded
-// server and the JetStream streams live in [switchboard/bus/natsbus]; test
-// helpers in [switchboard/bus/bustest].
+// server and the JetStream streams live in [github.com/switchboard-chat/switchboard/bus/natsbus]; test
+// helpers in [github.com/switchboard-chat/switchboard/bus/bustest].
 //
 // All functions and methods here are safe for concurrent use.
 package bus

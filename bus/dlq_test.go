@@ -9,7 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus"
 )
 
 func TestNewDLQRecord(t *testing.T) {

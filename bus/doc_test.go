@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus"
 )
 
 // TestProtocolDocExamples keeps docs/bus-protocol.md consistent with the

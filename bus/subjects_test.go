@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus"
 )
 
 func TestEncodeToken(t *testing.T) {

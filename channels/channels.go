@@ -3,16 +3,16 @@
 //
 // A channel adapter (channels/telegram, channels/slack) connects one chat
 // platform to the bus and nothing else: it turns platform events into
-// inbound envelopes ([switchboard/bus.Inbound]) published on
+// inbound envelopes ([github.com/switchboard-chat/switchboard/bus.Inbound]) published on
 // "<p>.in.<channel>.<chat>", and renders the outbound envelopes
-// ([switchboard/bus.Outbound]) it receives on "<p>.out.<channel>.>" back into
+// ([github.com/switchboard-chat/switchboard/bus.Outbound]) it receives on "<p>.out.<channel>.>" back into
 // platform messages. Adapters know nothing about LLMs, sessions, tools or
 // history; the agent runtime knows nothing about any platform. They meet only
 // on the bus, through the same protocol an external bridge process speaks
 // (docs/bus-protocol.md), and the built-in adapters use the same client code
-// as external Go bridges: package [switchboard/bus/bridge].
+// as external Go bridges: package [github.com/switchboard-chat/switchboard/bus/bridge].
 //
-// Shared text helpers live in [switchboard/channels/markdown]: rendering the
+// Shared text helpers live in [github.com/switchboard-chat/switchboard/channels/markdown]: rendering the
 // Markdown the model writes into Telegram HTML, Slack mrkdwn or plain text,
 // and splitting long replies into platform-sized pieces.
 package channels
@@ -29,7 +29,7 @@ import (
 // Channel is a running connection between one chat platform and the bus.
 //
 // Name returns the channel instance name, the <channel> token of its
-// subjects (e.g. "telegram"); it must satisfy [switchboard/bus.ValidChannel]
+// subjects (e.g. "telegram"); it must satisfy [github.com/switchboard-chat/switchboard/bus.ValidChannel]
 // and never changes.
 //
 // Run connects to the platform and the bus and serves both directions. It

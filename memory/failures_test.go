@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/memory"
+	"github.com/switchboard-chat/switchboard/memory"
 )
 
 func TestIsFailure(t *testing.T) {

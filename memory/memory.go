@@ -1,7 +1,7 @@
 // Package memory defines how Switchboard keeps conversation history: messages
 // made of content blocks (DESIGN.md §5), turn records committed atomically with
 // their de-duplication receipt, and the Store contract. The bbolt
-// implementation lives in [switchboard/memory/boltstore].
+// implementation lives in [github.com/switchboard-chat/switchboard/memory/boltstore].
 package memory
 
 import (

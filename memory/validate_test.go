@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"switchboard/memory"
+	"github.com/switchboard-chat/switchboard/memory"
 )
 
 func TestValidateAcceptsEveryBlockKind(t *testing.T) {

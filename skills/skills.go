@@ -45,8 +45,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"switchboard/tools"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // Dir is the skills folder inside the workspace.

@@ -13,9 +13,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"switchboard/skills"
-	"switchboard/tools"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/skills"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // PathGuard reports whether session s may reach a workspace path rel

@@ -12,7 +12,7 @@ import (
 	"runtime/debug"
 	"strings"
 
-	"switchboard/internal/failpoint"
+	"github.com/switchboard-chat/switchboard/internal/failpoint"
 )
 
 // validName is the pattern tool names must match (the OpenAI function name

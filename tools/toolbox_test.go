@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 // fakeSource is a Source whose tools the test changes.

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // guardFixture is a workspace with Alice's private folder, a public folder

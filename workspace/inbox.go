@@ -6,7 +6,7 @@ import (
 	"errors"
 	"strings"
 
-	"switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus"
 )
 
 // InboxDir is the workspace folder chat adapters save received files in,

@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus"
 )
 
 // Bus is an in-memory agent.Source and agent.Publisher. It is safe for

@@ -13,8 +13,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
-	"switchboard/agent/llm"
-	"switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -363,7 +363,9 @@ func TestWireOverrides(t *testing.T) {
 	if b0["model"] != "other" || b0["max_tokens"] != 99.0 || !strings.Contains(string(reqs[0].Raw), `"temperature":1e-45`) {
 		t.Errorf("overridden request = %s", reqs[0].Raw)
 	}
+	//lint:ignore SA1019 OpenAI-compatible servers (Ollama, vLLM, llama.cpp) read max_tokens; max_completion_tokens is OpenAI's newer name
 	if reqs[1].Body.Temperature != 0.3 || reqs[1].Body.MaxTokens != 4096 {
+		//lint:ignore SA1019 OpenAI-compatible servers (Ollama, vLLM, llama.cpp) read max_tokens; max_completion_tokens is OpenAI's newer name
 		t.Errorf("configured temperature/max_tokens = %v/%v", reqs[1].Body.Temperature, reqs[1].Body.MaxTokens)
 	}
 	b2, _ := rawMessages(t, reqs[2].Raw)

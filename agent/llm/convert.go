@@ -38,7 +38,8 @@ func wireTemperature(t float32) float32 {
 // validates every message and tool and names the offending field.
 func buildRequest(cfg Config, req Request) (openai.ChatCompletionRequest, error) {
 	out := openai.ChatCompletionRequest{
-		Model:         cfg.Model,
+		Model: cfg.Model,
+		//lint:ignore SA1019 OpenAI-compatible servers (Ollama, vLLM, llama.cpp) read max_tokens; max_completion_tokens is OpenAI's newer name
 		MaxTokens:     cfg.MaxTokens,
 		Temperature:   wireTemperature(cfg.Temperature),
 		Stream:        true,
@@ -51,6 +52,7 @@ func buildRequest(cfg Config, req Request) (openai.ChatCompletionRequest, error)
 		return out, fmt.Errorf("llm: request max_tokens: must not be negative, got %d", req.MaxTokens)
 	}
 	if req.MaxTokens > 0 {
+		//lint:ignore SA1019 OpenAI-compatible servers (Ollama, vLLM, llama.cpp) read max_tokens; max_completion_tokens is OpenAI's newer name
 		out.MaxTokens = req.MaxTokens
 	}
 	if req.Temperature != nil {
@@ -90,6 +92,7 @@ func buildRequest(cfg Config, req Request) (openai.ChatCompletionRequest, error)
 	// temperature but 1; go-openai checks this before sending. Use
 	// max_completion_tokens and the default temperature for them.
 	if openai.NewReasoningValidator().Validate(out) != nil {
+		//lint:ignore SA1019 OpenAI-compatible servers (Ollama, vLLM, llama.cpp) read max_tokens; max_completion_tokens is OpenAI's newer name
 		out.MaxCompletionTokens, out.MaxTokens = out.MaxTokens, 0
 		out.Temperature = 0
 		if err := openai.NewReasoningValidator().Validate(out); err != nil {

@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
-	"switchboard/bus"
-	"switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
 )
 
 func TestStreamOutMatchesDaemon(t *testing.T) {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"switchboard/bus"
-	"switchboard/bus/bustest"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bustest"
 )
 
 // ready creates the client's durable consumer now, so that messages

@@ -13,11 +13,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	bolt "go.etcd.io/bbolt"
 
-	"switchboard/bus"
-	"switchboard/bus/bridge"
-	"switchboard/bus/bridge/boltseen"
-	"switchboard/bus/bustest"
-	"switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bridge"
+	"github.com/switchboard-chat/switchboard/bus/bridge/boltseen"
+	"github.com/switchboard-chat/switchboard/bus/bustest"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
 )
 
 const dedupWait = 10 * time.Second

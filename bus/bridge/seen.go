@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus"
 )
 
 // Outbound de-duplication bounds (see [Options.SeenTTL], [Options.SeenMax]).
@@ -37,7 +37,7 @@ const (
 // remembered in memory. Implementations must be safe for concurrent use and
 // forget ids only after they are older than the retention they promise
 // (at least the daemon's bus.out_retention). The kit's bbolt
-// implementation is [switchboard/bus/bridge/boltseen].
+// implementation is [github.com/switchboard-chat/switchboard/bus/bridge/boltseen].
 type SeenStore interface {
 	// Seen reports whether id was recorded and is still remembered.
 	Seen(ctx context.Context, id string) (bool, error)

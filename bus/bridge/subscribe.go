@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus"
 )
 
 // subscribePending bounds the messages a core subscription buffers while

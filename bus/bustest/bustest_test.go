@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
-	"switchboard/bus"
-	"switchboard/bus/bustest"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bustest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -5,7 +5,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus"
 )
 
 // BridgeAccount returns the name of the NATS account of the embedded

@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
-	"switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus"
 )
 
 // Config configures the bus (YAML section "bus").

@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
-	"switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
 )
 
 func TestConfigValidateBridges(t *testing.T) {

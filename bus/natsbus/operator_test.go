@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
 )
 
 // TestOperatorTokenFile: the credential is created once, private (0600),

@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
 )
 
 // TestOutStreamDeduplicatesOverItsRetention: CHAT_OUT's de-duplication

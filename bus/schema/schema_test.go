@@ -14,8 +14,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/message"
 
-	"switchboard/bus"
-	"switchboard/bus/schema"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/schema"
 )
 
 // maxBytes implements the schemas' own keyword: the UTF-8 length of a

@@ -7,9 +7,10 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"switchboard/channels"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/switchboard-chat/switchboard/channels"
 )
 
 // Modes (Config.Mode).

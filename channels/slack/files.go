@@ -15,8 +15,8 @@ import (
 
 	slackapi "github.com/slack-go/slack"
 
-	"switchboard/bus"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // fileRef is a file shared in a message, as the event describes it.

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"switchboard/bus"
-	"switchboard/channels/markdown"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/channels/markdown"
 )
 
 // Rendering of outbound text.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus"
 )
 
 // renderCases are the golden rendering inputs: every construct the issue

@@ -16,9 +16,9 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/time/rate"
 
-	"switchboard/bus"
-	"switchboard/bus/bustest"
-	"switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bustest"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
 )
 
 var update = flag.Bool("update", false, "update golden files")

@@ -13,9 +13,9 @@ import (
 
 	slackapi "github.com/slack-go/slack"
 
-	"switchboard/bus"
-	"switchboard/bus/bridge"
-	"switchboard/channels"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bridge"
+	"github.com/switchboard-chat/switchboard/channels"
 )
 
 // Outbound bookkeeping bounds.

@@ -1,7 +1,7 @@
 // Package slack is Switchboard's Slack channel adapter: it turns Slack
 // events into inbound envelopes on "<p>.in.slack.<channel id>" and renders
 // the outbound envelopes of "<p>.out.slack.>" back into Slack messages,
-// through the bridge kit ([switchboard/bus/bridge]) like any bridge.
+// through the bridge kit ([github.com/switchboard-chat/switchboard/bus/bridge]) like any bridge.
 //
 // Events arrive over Socket Mode (the default: a websocket the adapter
 // opens with the app-level token) or over the Events API (an HTTP server
@@ -52,10 +52,10 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
-	"switchboard/bus"
-	"switchboard/bus/bridge"
-	"switchboard/bus/bridge/boltseen"
-	"switchboard/channels"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bridge"
+	"github.com/switchboard-chat/switchboard/bus/bridge/boltseen"
+	"github.com/switchboard-chat/switchboard/channels"
 )
 
 // ChannelName is the adapter's channel name, the <channel> token of its

@@ -28,9 +28,6 @@ func (a *Adapter) runSocket(ctx context.Context) error {
 		if gctx.Err() != nil {
 			return nil
 		}
-		if err == nil {
-			err = errors.New("socket mode client stopped")
-		}
 		return fmt.Errorf("slack: socket mode: %w (check channels.slack.app_token)", err)
 	})
 	g.Go(func() error {

@@ -8,11 +8,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"switchboard/channels"
 	"time"
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/switchboard-chat/switchboard/channels"
 )
 
 // Group triggers (Config.GroupTrigger): which group messages reach the agent.

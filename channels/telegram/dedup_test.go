@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus"
 )
 
 // publishCopy publishes o through JetStream without a Nats-Msg-Id: the

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/channels/markdown"
+	"github.com/switchboard-chat/switchboard/channels/markdown"
 )
 
 // fakeBot is an in-process Telegram Bot API server speaking the real JSON

@@ -16,10 +16,10 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/time/rate"
 
-	"switchboard/bus"
-	"switchboard/bus/bridge"
-	"switchboard/bus/bustest"
-	"switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bridge"
+	"github.com/switchboard-chat/switchboard/bus/bustest"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

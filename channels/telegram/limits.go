@@ -3,11 +3,12 @@ package telegram
 import (
 	"container/list"
 	"context"
-	"switchboard/channels"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/switchboard-chat/switchboard/channels"
 )
 
 // Telegram's sending limits (Bot FAQ): about one message per second in a

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // offsetMaxAge bounds how old a stored offset may be to be used. Telegram
@@ -42,7 +43,7 @@ type offsetRecord struct {
 func openState(path string) (*bolt.DB, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("telegram: open %s: the file is locked by another process (is another switchboard using this data_dir?)", path)
 		}
 		return nil, fmt.Errorf("telegram: open %s: %w", path, err)

@@ -11,9 +11,9 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"switchboard/bus"
-	"switchboard/bus/bridge"
-	"switchboard/channels/markdown"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bridge"
+	"github.com/switchboard-chat/switchboard/channels/markdown"
 )
 
 // Outbound bounds.
@@ -85,12 +85,6 @@ func (t *turns) get(k turnKey) *turnState {
 		delete(t.m, old.Value.(*turnEntry).key)
 	}
 	return st
-}
-
-func (t *turns) len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.m)
 }
 
 // handleOutbound shows one outbound envelope in Telegram; it is the bridge

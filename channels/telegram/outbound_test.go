@@ -14,9 +14,9 @@ import (
 	"time"
 	"unicode"
 
-	"switchboard/bus"
-	"switchboard/bus/bridge"
-	"switchboard/channels/markdown"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bridge"
+	"github.com/switchboard-chat/switchboard/channels/markdown"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/*.golden files")

@@ -11,11 +11,12 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"switchboard/channels"
 	"time"
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/switchboard-chat/switchboard/channels"
 )
 
 // Receiving bounds.

@@ -15,7 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus"
 )
 
 // getUpdatesWithOffset waits for a getUpdates call with the given offset.

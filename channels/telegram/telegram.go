@@ -5,7 +5,7 @@
 //
 // It is built on github.com/go-telegram-bot-api/telegram-bot-api/v5 (the
 // types, the request encoding and error decoding) and on the bridge kit
-// [switchboard/bus/bridge] (publishing and consuming on the bus), with its
+// [github.com/switchboard-chat/switchboard/bus/bridge] (publishing and consuming on the bus), with its
 // own receive loop:
 //
 //   - Receiving without loss or duplicates: getUpdates is polled by a loop
@@ -52,10 +52,10 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sync/errgroup"
 
-	"switchboard/bus"
-	"switchboard/bus/bridge"
-	"switchboard/bus/bridge/boltseen"
-	"switchboard/channels"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bridge"
+	"github.com/switchboard-chat/switchboard/bus/bridge/boltseen"
+	"github.com/switchboard-chat/switchboard/channels"
 )
 
 // Name is the channel instance name, the <channel> token of its subjects.

@@ -21,7 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	"switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
 )
 
 // shutdownGrace bounds how long in-flight replies may finish on shutdown.

@@ -15,9 +15,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"switchboard/agent/llm/llmtest"
-	"switchboard/bus"
-	"switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
 )
 
 // TestEmbeddedListenerRefusesAnonymous is finding 5 of issue 13 as an
@@ -89,7 +89,7 @@ func TestOperatorCredentialGeneratedAndReused(t *testing.T) {
 	}
 	d.stop()
 
-	d = startDaemon(t, cfg)
+	startDaemon(t, cfg)
 	again, err := os.ReadFile(file)
 	if err != nil || !bytes.Equal(first, again) {
 		t.Fatalf("after a restart %s = %q, %v; want the same token", file, again, err)

@@ -11,7 +11,7 @@ import (
 	"regexp"
 	"strings"
 
-	"switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus"
 )
 
 // defaultContextName is the nats CLI context `switchboard bus context`

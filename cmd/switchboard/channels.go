@@ -5,9 +5,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"switchboard/bus"
-	"switchboard/channels"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/channels"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // channelDeps is what the daemon gives a built-in channel adapter besides

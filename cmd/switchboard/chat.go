@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"switchboard/bus"
-	"switchboard/bus/bridge"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bridge"
 )
 
 // consoleChannel is the channel name the terminal client speaks for.

@@ -13,9 +13,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"switchboard/agent/llm/llmtest"
-	"switchboard/bus"
-	"switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
 )
 
 // TestChatVerb runs `switchboard chat` against an in-process daemon: input

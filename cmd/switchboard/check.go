@@ -25,13 +25,13 @@ import (
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
-	"switchboard/admin"
-	"switchboard/agent/llm"
-	"switchboard/bus"
-	"switchboard/bus/natsbus"
-	"switchboard/tools"
-	"switchboard/tools/bash"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/admin"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools/bash"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // historyFile is the bbolt file inside data_dir.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 // TestCheckBashSandbox: `switchboard check` warns about an unconfined bash

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"switchboard/agent/llm/llmtest"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -18,6 +17,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
+
+	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
 )
 
 // TestMain checks every test of package main for leaked goroutines.

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"switchboard/bus"
-	"switchboard/channels/slack"
-	"switchboard/channels/telegram"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/channels/slack"
+	"github.com/switchboard-chat/switchboard/channels/telegram"
 )
 
 const checkChannelTimeout = 10 * time.Second

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"switchboard/channels/slack"
-	"switchboard/channels/telegram"
+	"github.com/switchboard-chat/switchboard/channels/slack"
+	"github.com/switchboard-chat/switchboard/channels/telegram"
 )
 
 func TestCheckTelegram(t *testing.T) {

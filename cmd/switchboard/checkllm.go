@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"time"
 
-	"switchboard/agent/llm"
-	"switchboard/bus"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/bus"
 )
 
 const checkCallTimeout = 30 * time.Second

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"switchboard/agent/llm"
-	"switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
 )
 
 func TestCheckLLMCall(t *testing.T) {

@@ -18,15 +18,15 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"switchboard/admin"
-	"switchboard/agent"
-	"switchboard/agent/llm"
-	"switchboard/bus/natsbus"
-	slackch "switchboard/channels/slack"
-	"switchboard/channels/telegram"
-	"switchboard/memory/memcfg"
-	"switchboard/tools"
-	"switchboard/tools/mcp"
+	"github.com/switchboard-chat/switchboard/admin"
+	"github.com/switchboard-chat/switchboard/agent"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	slackch "github.com/switchboard-chat/switchboard/channels/slack"
+	"github.com/switchboard-chat/switchboard/channels/telegram"
+	"github.com/switchboard-chat/switchboard/memory/memcfg"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools/mcp"
 )
 
 // Config is the whole configuration file (config.yaml). Each section is

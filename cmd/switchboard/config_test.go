@@ -19,14 +19,14 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.yaml.in/yaml/v3"
 
-	"switchboard/agent"
-	"switchboard/agent/llm"
-	"switchboard/bus/natsbus"
-	slackch "switchboard/channels/slack"
-	"switchboard/channels/telegram"
-	"switchboard/memory/memcfg"
-	"switchboard/tools"
-	"switchboard/tools/mcp"
+	"github.com/switchboard-chat/switchboard/agent"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	slackch "github.com/switchboard-chat/switchboard/channels/slack"
+	"github.com/switchboard-chat/switchboard/channels/telegram"
+	"github.com/switchboard-chat/switchboard/memory/memcfg"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools/mcp"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/*.golden files")
@@ -604,18 +604,19 @@ type genericSection struct {
 
 type genericConfig struct {
 	inlineOpts `yaml:",inline"`
-	Section    *genericSection            `yaml:"section"`
-	Off        *genericSection            `yaml:"off"`
-	List       []genericSection           `yaml:"list"`
-	Names      []string                   `yaml:"names"`
-	Map        map[string]genericSection  `yaml:"map"`
-	IP         textValue                  `yaml:"ip"`
-	Flag       bool                       `yaml:"flag"`
-	Count      uint                       `yaml:"count"`
-	Untagged   string                     // key "untagged"
-	Skipped    string                     `yaml:"-"`
-	hidden     string                     // not a key: unexported
-	Nested     map[string]map[string]bool `yaml:"nested"`
+	Section    *genericSection           `yaml:"section"`
+	Off        *genericSection           `yaml:"off"`
+	List       []genericSection          `yaml:"list"`
+	Names      []string                  `yaml:"names"`
+	Map        map[string]genericSection `yaml:"map"`
+	IP         textValue                 `yaml:"ip"`
+	Flag       bool                      `yaml:"flag"`
+	Count      uint                      `yaml:"count"`
+	Untagged   string                    // key "untagged"
+	Skipped    string                    `yaml:"-"`
+	//lint:ignore U1000 the decoder must skip unexported fields
+	hidden string                     // not a key: unexported
+	Nested map[string]map[string]bool `yaml:"nested"`
 }
 
 func TestDecoderGeneric(t *testing.T) {

@@ -16,11 +16,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"switchboard/agent/llm/llmtest"
-	"switchboard/bus"
-	"switchboard/bus/bustest"
-	"switchboard/bus/natsbus"
-	"switchboard/memory/boltstore"
+	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bustest"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/memory/boltstore"
 )
 
 const wait = 20 * time.Second

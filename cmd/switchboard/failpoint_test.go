@@ -13,10 +13,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"switchboard/agent/llm/llmtest"
-	"switchboard/bus"
-	"switchboard/bus/bustest"
-	"switchboard/internal/failpoint"
+	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bustest"
+	"github.com/switchboard-chat/switchboard/internal/failpoint"
 )
 
 // outRetention is the shortened outbound de-duplication window (CHAT_OUT's
@@ -286,7 +286,7 @@ func TestReleaseBinaryHasNoFailpoints(t *testing.T) {
 		if err != nil {
 			t.Fatalf("go tool nm: %v", err)
 		}
-		if strings.Contains(string(out), "switchboard/internal/failpoint.") {
+		if strings.Contains(string(out), "github.com/switchboard-chat/switchboard/internal/failpoint.") {
 			found = append(found, "symbols of switchboard/internal/failpoint")
 		}
 		out, err = exec.Command("go", "version", "-m", bin).Output()

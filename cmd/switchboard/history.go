@@ -12,8 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"switchboard/memory"
-	"switchboard/memory/boltstore"
+	"github.com/switchboard-chat/switchboard/memory"
+	"github.com/switchboard-chat/switchboard/memory/boltstore"
 )
 
 // historyUsage describes the history verbs.

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"switchboard/memory"
-	"switchboard/memory/boltstore"
-	"switchboard/memory/memtest"
+	"github.com/switchboard-chat/switchboard/memory"
+	"github.com/switchboard-chat/switchboard/memory/boltstore"
+	"github.com/switchboard-chat/switchboard/memory/memtest"
 )
 
 // historyEnv writes a config whose data_dir holds a history.db with two

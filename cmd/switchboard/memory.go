@@ -11,13 +11,13 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"switchboard/agent"
-	"switchboard/memory/consolidate"
-	"switchboard/memory/notes"
-	"switchboard/memory/search"
-	"switchboard/tools"
-	memtools "switchboard/tools/memory"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/agent"
+	"github.com/switchboard-chat/switchboard/memory/consolidate"
+	"github.com/switchboard-chat/switchboard/memory/notes"
+	"github.com/switchboard-chat/switchboard/memory/search"
+	"github.com/switchboard-chat/switchboard/tools"
+	memtools "github.com/switchboard-chat/switchboard/tools/memory"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // memorySystem is the long-term memory of the daemon: scoped notes, their

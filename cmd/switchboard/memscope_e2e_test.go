@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/agent"
-	"switchboard/agent/llm/llmtest"
-	"switchboard/bus"
-	"switchboard/bus/bustest"
-	"switchboard/memory/memcfg"
+	"github.com/switchboard-chat/switchboard/agent"
+	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bustest"
+	"github.com/switchboard-chat/switchboard/memory/memcfg"
 )
 
 // scriptedMemoryModel answers a turn with the tool calls scripted for the

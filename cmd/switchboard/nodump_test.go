@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
 )
 
 // TestDaemonNotDumpable starts the real binary with a secret in its

@@ -9,11 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"switchboard/agent/llm/llmtest"
-	"switchboard/bus"
-	"switchboard/bus/bustest"
-	"switchboard/memory/notes"
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bustest"
+	"github.com/switchboard-chat/switchboard/memory/notes"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 // TestE2EBashSandboxKeepsSecrets runs the daemon with bash enabled and its

@@ -13,17 +13,17 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"switchboard/admin"
-	"switchboard/agent"
-	"switchboard/agent/llm"
-	"switchboard/bus"
-	"switchboard/bus/natsbus"
-	"switchboard/channels"
-	"switchboard/memory"
-	"switchboard/memory/boltstore"
-	"switchboard/metrics"
-	"switchboard/tools"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/admin"
+	"github.com/switchboard-chat/switchboard/agent"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/channels"
+	"github.com/switchboard-chat/switchboard/memory"
+	"github.com/switchboard-chat/switchboard/memory/boltstore"
+	"github.com/switchboard-chat/switchboard/metrics"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // Readiness components reported on /readyz.

@@ -4,8 +4,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"switchboard/channels"
-	slackch "switchboard/channels/slack"
+	"github.com/switchboard-chat/switchboard/channels"
+	slackch "github.com/switchboard-chat/switchboard/channels/slack"
 )
 
 // compSlack is the Slack adapter's readiness component on /readyz.

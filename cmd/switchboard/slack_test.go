@@ -11,10 +11,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"switchboard/bus"
-	"switchboard/bus/bustest"
-	slackch "switchboard/channels/slack"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bustest"
+	slackch "github.com/switchboard-chat/switchboard/channels/slack"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 func TestNewSlackOffWithoutTokens(t *testing.T) {

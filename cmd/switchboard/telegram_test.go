@@ -18,11 +18,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"switchboard/bus"
-	"switchboard/bus/bustest"
-	"switchboard/bus/natsbus"
-	"switchboard/channels/telegram"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bustest"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/channels/telegram"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 func TestNewTelegramOffWithoutToken(t *testing.T) {

@@ -13,16 +13,16 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sync/errgroup"
 
-	"switchboard/bus"
-	"switchboard/skills"
-	"switchboard/tools"
-	"switchboard/tools/bash"
-	"switchboard/tools/files"
-	"switchboard/tools/mcp"
-	"switchboard/tools/message"
-	"switchboard/tools/schedule"
-	"switchboard/tools/web"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/skills"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools/bash"
+	"github.com/switchboard-chat/switchboard/tools/files"
+	"github.com/switchboard-chat/switchboard/tools/mcp"
+	"github.com/switchboard-chat/switchboard/tools/message"
+	"github.com/switchboard-chat/switchboard/tools/schedule"
+	"github.com/switchboard-chat/switchboard/tools/web"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // toolsDBFile is the tools' own bbolt file under data_dir (scheduled

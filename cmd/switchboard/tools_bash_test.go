@@ -4,10 +4,10 @@ import (
 	"slices"
 	"testing"
 
-	"switchboard/memory/memcfg"
-	"switchboard/memory/notes"
-	"switchboard/tools"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/memory/memcfg"
+	"github.com/switchboard-chat/switchboard/memory/notes"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // TestBashPrivate: the folders the wiring hides from a bash command, per

@@ -13,11 +13,11 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"switchboard/agent"
-	"switchboard/bus"
-	"switchboard/bus/natsbus"
-	"switchboard/tools"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/agent"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // The toolbox is what the agent takes, and the bus is what the tools

@@ -17,11 +17,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"switchboard/bus"
-	"switchboard/bus/bridge"
-	"switchboard/bus/natsbus"
-	"switchboard/memory"
-	"switchboard/memory/boltstore"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bridge"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/memory"
+	"github.com/switchboard-chat/switchboard/memory/boltstore"
 )
 
 // outWatcher follows the daemon's outbound messages across its crashes and
@@ -264,12 +264,6 @@ func (w *outWatcher) waitFor(timeout time.Duration, what string, cond func(byIn 
 func answered(byIn map[string]*inboundView, id string) bool {
 	v := byIn[id]
 	return v != nil && (len(v.wire) > 0 || len(v.shown) > 0)
-}
-
-// shownByKit reports whether the kit showed a final for id.
-func shownByKit(byIn map[string]*inboundView, id string) bool {
-	v := byIn[id]
-	return v != nil && len(v.shown) > 0
 }
 
 // snapshot copies the views (for assertions after Close).

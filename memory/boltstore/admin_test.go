@@ -18,9 +18,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
-	"switchboard/memory"
-	"switchboard/memory/boltstore"
-	"switchboard/memory/memtest"
+	"github.com/switchboard-chat/switchboard/memory"
+	"github.com/switchboard-chat/switchboard/memory/boltstore"
+	"github.com/switchboard-chat/switchboard/memory/memtest"
 )
 
 // bigTurn is one record of n turns (2n messages) for session.

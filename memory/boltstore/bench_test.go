@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"switchboard/memory"
-	"switchboard/memory/boltstore"
+	"github.com/switchboard-chat/switchboard/memory"
+	"github.com/switchboard-chat/switchboard/memory/boltstore"
 )
 
 // benchTurn is a typical turn: a user message and a ~400-byte reply.

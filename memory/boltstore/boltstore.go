@@ -31,7 +31,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
-	"switchboard/memory"
+	"github.com/switchboard-chat/switchboard/memory"
 )
 
 // Bucket names.
@@ -396,7 +396,8 @@ func (s *Store) Load(ctx context.Context, session string, maxTurns int) (memory.
 func walkBack(b *bolt.Bucket, skey []byte, meta sessionMeta, fn func(seq uint64, v []byte) (bool, error)) error {
 	c := b.Cursor()
 	// Position on the last key <= msgKey(last).
-	k, v := c.Seek(msgKey(skey, meta.Last+1))
+	var v []byte
+	k, _ := c.Seek(msgKey(skey, meta.Last+1))
 	if k == nil {
 		k, v = c.Last()
 	} else {

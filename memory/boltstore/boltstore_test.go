@@ -15,9 +15,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 
-	"switchboard/memory"
-	"switchboard/memory/boltstore"
-	"switchboard/memory/memtest"
+	"github.com/switchboard-chat/switchboard/memory"
+	"github.com/switchboard-chat/switchboard/memory/boltstore"
+	"github.com/switchboard-chat/switchboard/memory/memtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"switchboard/memory/boltstore"
+	"github.com/switchboard-chat/switchboard/memory/boltstore"
 )
 
 // BenchmarkLoadContext loads the context for a session's next request

@@ -25,9 +25,9 @@ import (
 	"strings"
 	"time"
 
-	"switchboard/agent/llm"
-	"switchboard/memory/memcfg"
-	"switchboard/memory/notes"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/memory/memcfg"
+	"github.com/switchboard-chat/switchboard/memory/notes"
 )
 
 // Defaults and limits.

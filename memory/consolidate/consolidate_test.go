@@ -11,11 +11,11 @@ import (
 
 	"go.uber.org/goleak"
 
-	"switchboard/agent/llm"
-	"switchboard/agent/llm/llmtest"
-	"switchboard/memory/consolidate"
-	"switchboard/memory/memcfg"
-	"switchboard/memory/notes"
+	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/memory/consolidate"
+	"github.com/switchboard-chat/switchboard/memory/memcfg"
+	"github.com/switchboard-chat/switchboard/memory/notes"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

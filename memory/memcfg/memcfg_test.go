@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/memory/memcfg"
+	"github.com/switchboard-chat/switchboard/memory/memcfg"
 )
 
 func TestDefaultIsValid(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"switchboard/memory"
+	"github.com/switchboard-chat/switchboard/memory"
 )
 
 // MemStore is an in-memory [memory.Store] (also a [memory.Compactor], a

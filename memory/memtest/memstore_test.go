@@ -5,8 +5,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"switchboard/memory"
-	"switchboard/memory/memtest"
+	"github.com/switchboard-chat/switchboard/memory"
+	"github.com/switchboard-chat/switchboard/memory/memtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // AppendDaily appends text to the daily notes of the day of t (in t's

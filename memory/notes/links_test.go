@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/memory/memcfg"
-	"switchboard/memory/notes"
+	"github.com/switchboard-chat/switchboard/memory/memcfg"
+	"github.com/switchboard-chat/switchboard/memory/notes"
 )
 
 // Finding 8: Bob (user 200), with a shell, hard-links the files of his own

@@ -46,8 +46,8 @@ import (
 	"sync"
 	"time"
 
-	"switchboard/memory/memcfg"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/memory/memcfg"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // File and folder names.

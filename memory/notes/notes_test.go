@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/memory/memcfg"
-	"switchboard/memory/notes"
+	"github.com/switchboard-chat/switchboard/memory/memcfg"
+	"github.com/switchboard-chat/switchboard/memory/notes"
 )
 
 func newNotes(t *testing.T, scope string) (*notes.Notes, string) {

@@ -7,9 +7,10 @@ import (
 	"io"
 	"io/fs"
 	"strings"
-	"switchboard/workspace"
 	"time"
 	"unicode/utf8"
+
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // Section is one memory file as it enters the system prompt.

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/memory/memcfg"
-	"switchboard/memory/notes"
+	"github.com/switchboard-chat/switchboard/memory/memcfg"
+	"github.com/switchboard-chat/switchboard/memory/notes"
 )
 
 // groupWorkspace holds Alice's direct-chat memory and profile, the

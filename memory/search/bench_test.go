@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/memory/memcfg"
-	"switchboard/memory/notes"
-	"switchboard/memory/search"
+	"github.com/switchboard-chat/switchboard/memory/memcfg"
+	"github.com/switchboard-chat/switchboard/memory/notes"
+	"github.com/switchboard-chat/switchboard/memory/search"
 )
 
 // benchWords is an English vocabulary; words are drawn with a Zipf

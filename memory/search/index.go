@@ -42,8 +42,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
-	"switchboard/memory/notes"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/memory/notes"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // Bucket names and meta keys.

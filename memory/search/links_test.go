@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"switchboard/memory/search"
+	"github.com/switchboard-chat/switchboard/memory/search"
 )
 
 // Finding 8: a hard link in the shared notes to Alice's private memory

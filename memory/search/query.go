@@ -15,7 +15,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"switchboard/memory/notes"
+	"github.com/switchboard-chat/switchboard/memory/notes"
 )
 
 // BM25 parameters and hybrid weights.

@@ -17,9 +17,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"switchboard/memory/memcfg"
-	"switchboard/memory/notes"
-	"switchboard/memory/search"
+	"github.com/switchboard-chat/switchboard/memory/memcfg"
+	"github.com/switchboard-chat/switchboard/memory/notes"
+	"github.com/switchboard-chat/switchboard/memory/search"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

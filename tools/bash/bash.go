@@ -45,8 +45,8 @@ import (
 	"sync"
 	"time"
 
-	"switchboard/tools"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // maxWait bounds how long one poll may wait for a job to finish.

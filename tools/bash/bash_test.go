@@ -12,8 +12,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"switchboard/tools"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 // job is a background command.

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 // Sandbox modes (tools.bash.sandbox).

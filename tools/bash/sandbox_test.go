@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/tools"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // Sessions of a group chat "console/g" with two members.

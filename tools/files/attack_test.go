@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"switchboard/memory/notes"
-	"switchboard/tools"
-	"switchboard/tools/files"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/memory/notes"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools/files"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // attackEnv is a workspace where Alice (telegram chat 100) has private

@@ -8,8 +8,8 @@ import (
 	"os"
 	"strings"
 
-	"switchboard/tools"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 type editFile struct{ guarded }

@@ -20,8 +20,8 @@ import (
 	"path/filepath"
 	"unicode/utf8"
 
-	"switchboard/tools"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // Limits of the tools.

@@ -12,9 +12,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"switchboard/tools"
-	"switchboard/tools/files"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools/files"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 type listDir struct{ guarded }

@@ -8,7 +8,7 @@ import (
 	"io"
 	"strings"
 
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 type readFile struct{ guarded }

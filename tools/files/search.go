@@ -14,8 +14,8 @@ import (
 	"slices"
 	"strings"
 
-	"switchboard/tools"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // Limits of search_files besides its configuration.
@@ -173,7 +173,7 @@ func (t *searchFiles) Run(ctx context.Context, call tools.Call) (tools.Result, e
 func splitGlob(g string) ([]string, error) {
 	g = strings.TrimPrefix(filepath.ToSlash(g), "./")
 	if strings.HasPrefix(g, "/") || slices.Contains(strings.Split(g, "/"), "..") {
-		return nil, fmt.Errorf("%w: glob %q must be relative to path and must not contain ..", tools.ErrBadArgs, g)
+		return nil, fmt.Errorf("%w: glob %q must be relative to path and must not contain \"..\"", tools.ErrBadArgs, g)
 	}
 	segs := strings.Split(g, "/")
 	for _, seg := range segs {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"switchboard/tools"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // searchEnv is a workspace with a search_files tool.
@@ -158,7 +158,7 @@ func TestSearchFilesBadArgs(t *testing.T) {
 		{`{}`, "give pattern"},
 		{`{"pattern":"("}`, "not a valid regular expression"},
 		{`{"glob":"[a"}`, "malformed"},
-		{`{"glob":"../*"}`, "must not contain .."},
+		{`{"glob":"../*"}`, `must not contain ".."`},
 		{`{"pattern":"x","max_results":-1}`, "max_results must be >= 1"},
 		{`{"pattern":"x","colour":1}`, `unknown field "colour"`},
 		{`{"pattern":"x","path":"a.txt"}`, "is a file, not a folder"},

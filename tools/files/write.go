@@ -9,8 +9,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"switchboard/tools"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 type writeFile struct{ guarded }

@@ -9,8 +9,8 @@ import (
 	"io/fs"
 	"strings"
 
-	"switchboard/memory/notes"
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/memory/notes"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 type getTool struct{ base }

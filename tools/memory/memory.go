@@ -20,9 +20,9 @@ import (
 	"log/slog"
 	"time"
 
-	"switchboard/memory/notes"
-	"switchboard/memory/search"
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/memory/notes"
+	"github.com/switchboard-chat/switchboard/memory/search"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 // Limits of the tools.

@@ -12,11 +12,11 @@ import (
 
 	"go.uber.org/goleak"
 
-	"switchboard/memory/memcfg"
-	"switchboard/memory/notes"
-	"switchboard/memory/search"
-	"switchboard/tools"
-	memtools "switchboard/tools/memory"
+	"github.com/switchboard-chat/switchboard/memory/memcfg"
+	"github.com/switchboard-chat/switchboard/memory/notes"
+	"github.com/switchboard-chat/switchboard/memory/search"
+	"github.com/switchboard-chat/switchboard/tools"
+	memtools "github.com/switchboard-chat/switchboard/tools/memory"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

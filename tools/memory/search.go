@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strings"
 
-	"switchboard/memory/search"
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/memory/search"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 type searchTool struct{ base }

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"switchboard/memory/notes"
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/memory/notes"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 type writeTool struct{ base }

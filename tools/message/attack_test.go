@@ -7,11 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"switchboard/bus"
-	"switchboard/memory/notes"
-	"switchboard/tools"
-	"switchboard/tools/message"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/memory/notes"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools/message"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // Findings 1, 7 and 8: Bob's session must not have Alice's private memory

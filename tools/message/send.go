@@ -34,9 +34,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"switchboard/bus"
-	"switchboard/tools"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // MaxTextBytes bounds the text of one message.

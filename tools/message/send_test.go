@@ -14,10 +14,10 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 
-	"switchboard/bus"
-	"switchboard/tools"
-	"switchboard/tools/message"
-	"switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools/message"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -42,9 +42,9 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"switchboard/bus"
-	"switchboard/internal/failpoint"
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/failpoint"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 var bucketTasks = []byte("schedule_tasks")

@@ -14,8 +14,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 
-	"switchboard/bus"
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 // Tool returns the schedule tool.

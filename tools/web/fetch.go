@@ -31,7 +31,7 @@ import (
 
 	"golang.org/x/net/html/charset"
 
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 // Text limits of one call.

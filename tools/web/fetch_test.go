@@ -16,7 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

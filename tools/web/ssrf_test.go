@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 const linkLocal = "link-local (where cloud metadata services live)"

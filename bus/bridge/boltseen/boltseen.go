@@ -22,7 +22,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"switchboard/bus/bridge"
+	"github.com/switchboard-chat/switchboard/bus/bridge"
 )
 
 // PruneEvery is the least time between two prunes of expired ids.
