@@ -39,6 +39,8 @@ type harness struct {
 	summaries chan string
 	// stop stops the manager (as a shutdown does) and waits for it.
 	stop func()
+	// mgr is the manager under test.
+	mgr *Manager
 }
 
 // notifyStore reports SetSummary calls.
@@ -118,6 +120,7 @@ func newHarness(t *testing.T, mods ...func(*harnessConfig)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.mgr = mgr
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Run(ctx) }()

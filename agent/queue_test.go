@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -564,6 +565,16 @@ func TestQueueMetrics(t *testing.T) {
 	h.model.WaitRequests(t, 1, wait)
 	for i := 1; i <= 3; i++ {
 		h.send(fmt.Sprintf("c%d", i), fmt.Sprintf("line %d", i))
+	}
+	// All three wait behind the held turn before it ends, so the next turn
+	// collects them all.
+	// (Queueing publishes nothing on the bus: poll the manager, bounded.)
+	for deadline := time.Now().Add(wait); h.mgr.Queued() != 3; {
+		if time.Now().After(deadline) {
+			close(gate)
+			t.Fatalf("c1..c3 not queued behind the held turn within %s (queued %d)", wait, h.mgr.Queued())
+		}
+		runtime.Gosched()
 	}
 	close(gate)
 	h.final("c3")
