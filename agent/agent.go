@@ -14,8 +14,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/switchboard-chat/switchboard/agent/llm"
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/tools"
 	"github.com/switchboard-chat/switchboard/workspace"
 )

@@ -12,9 +12,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/switchboard-chat/switchboard/agent/agenttest"
-	"github.com/switchboard-chat/switchboard/agent/llm"
-	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/llm"
+	"github.com/switchboard-chat/switchboard/llm/llmtest"
 	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/memory/memtest"
 	"github.com/switchboard-chat/switchboard/tools"

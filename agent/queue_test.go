@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/agent/agenttest"
-	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/llm/llmtest"
 	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/memory/boltstore"
 )

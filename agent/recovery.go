@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory"
 )
 

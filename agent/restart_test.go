@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
 // TestCutStreamRestarts: a stream cut after its first deltas (text cut

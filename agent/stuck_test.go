@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
 // TestStuckModelStopsEarly: a model that repeats the identical call

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/switchboard-chat/switchboard/agent/llm"
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory"
 )
 

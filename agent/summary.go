@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory"
 )
 

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/llm"
 )
 
 const maxChannels = 64

@@ -21,7 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
 // shutdownGrace bounds how long in-flight replies may finish on shutdown.

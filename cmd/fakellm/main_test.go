@@ -16,7 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/llm"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

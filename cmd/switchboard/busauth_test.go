@@ -15,9 +15,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
 // TestEmbeddedListenerRefusesAnonymous is finding 5 of issue 13 as an

@@ -26,9 +26,9 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/switchboard-chat/switchboard/admin"
-	"github.com/switchboard-chat/switchboard/agent/llm"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/tools"
 	"github.com/switchboard-chat/switchboard/tools/bash"
 	"github.com/switchboard-chat/switchboard/workspace"

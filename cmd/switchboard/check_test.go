@@ -18,7 +18,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 
-	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
 // TestMain checks every test of package main for leaked goroutines.

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/switchboard-chat/switchboard/agent/llm"
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/llm"
 )
 
 const checkCallTimeout = 30 * time.Second

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchboard-chat/switchboard/agent/llm"
-	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/llm"
+	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
 func TestCheckLLMCall(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
 // demoFirstMessage is sent automatically so a newcomer sees a tool round trip.

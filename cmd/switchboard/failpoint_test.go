@@ -13,10 +13,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
 	"github.com/switchboard-chat/switchboard/internal/failpoint"
+	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
 // outRetention is the shortened outbound de-duplication window (CHAT_OUT's

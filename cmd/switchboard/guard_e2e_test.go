@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
+	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
 // Findings 1, 7 and 8 against the running daemon: Bob's model, scripted to

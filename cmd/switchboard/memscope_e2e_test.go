@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/agent"
-	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
+	"github.com/switchboard-chat/switchboard/llm/llmtest"
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
 )
 

@@ -16,9 +16,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
+	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
 // Fault kinds the soak's scripted model injects.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
 // TestDaemonNotDumpable starts the real binary with a secret in its

@@ -11,8 +11,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/switchboard-chat/switchboard/agent/llm"
-	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/llm"
+	"github.com/switchboard-chat/switchboard/llm/llmtest"
 	"github.com/switchboard-chat/switchboard/memory/consolidate"
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
 	"github.com/switchboard-chat/switchboard/memory/notes"

@@ -12,8 +12,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/switchboard-chat/switchboard/agent/llm"
-	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/llm"
+	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
 func TestRetryAfter(t *testing.T) {

@@ -6,8 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 
-	"github.com/switchboard-chat/switchboard/agent/llm"
-	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/llm"
+	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
 func ExampleClient_Stream() {

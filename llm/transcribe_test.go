@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/switchboard-chat/switchboard/agent/llm"
+	"github.com/switchboard-chat/switchboard/llm"
 )
 
 // transcriptionServer answers POST /v1/audio/transcriptions with status and

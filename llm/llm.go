@@ -6,7 +6,7 @@
 //
 // The request and response types here are the runtime's own; the go-openai
 // wire types stay inside this package. A scripted, OpenAI-compatible test
-// server lives in [github.com/switchboard-chat/switchboard/agent/llm/llmtest].
+// server lives in [github.com/switchboard-chat/switchboard/llm/llmtest].
 package llm
 
 import (

@@ -13,8 +13,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
-	"github.com/switchboard-chat/switchboard/agent/llm"
-	"github.com/switchboard-chat/switchboard/agent/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/llm"
+	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
