@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/switchboard-chat/switchboard/bus"
-	"github.com/switchboard-chat/switchboard/skills"
 	"github.com/switchboard-chat/switchboard/tools"
 	"github.com/switchboard-chat/switchboard/tools/bash"
 	"github.com/switchboard-chat/switchboard/tools/files"
@@ -23,6 +22,7 @@ import (
 	"github.com/switchboard-chat/switchboard/tools/schedule"
 	"github.com/switchboard-chat/switchboard/tools/web"
 	"github.com/switchboard-chat/switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/workspace/skills"
 )
 
 // toolsDBFile is the tools' own bbolt file under data_dir (scheduled

@@ -13,9 +13,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/switchboard-chat/switchboard/skills"
 	"github.com/switchboard-chat/switchboard/tools"
 	"github.com/switchboard-chat/switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/workspace/skills"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchboard-chat/switchboard/skills"
 	"github.com/switchboard-chat/switchboard/tools"
 	"github.com/switchboard-chat/switchboard/workspace"
+	"github.com/switchboard-chat/switchboard/workspace/skills"
 )
 
 // Finding 8: a SKILL.md planted as a symbolic link (or hard link) to a
