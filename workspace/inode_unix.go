@@ -7,7 +7,8 @@ import (
 	"syscall"
 )
 
-func inodeOf(fi fs.FileInfo) uint64 {
+// Inode returns the inode number of fi (0 where the platform has none).
+func Inode(fi fs.FileInfo) uint64 {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		return uint64(st.Ino) //nolint:unconvert // Ino is not uint64 on every platform
 	}

@@ -53,19 +53,24 @@ type Workspace struct {
 }
 
 type cachedFile struct {
-	stamp fileStamp
+	stamp Stamp
 	file  PromptFile
 }
 
-// fileStamp identifies one version of a file without reading it.
-type fileStamp struct {
-	size  int64
-	mtime time.Time
-	inode uint64
+// Stamp identifies one version of a file without reading it: its size,
+// modification time and inode (a file replaced by a rename has a new inode
+// even when its size and time match). It is the one change stamp of the
+// workspace's caches (prompt files, memory notes, skills, the search index);
+// comparable with ==.
+type Stamp struct {
+	Size  int64
+	MTime time.Time
+	Inode uint64
 }
 
-func stampOf(fi fs.FileInfo) fileStamp {
-	return fileStamp{size: fi.Size(), mtime: fi.ModTime(), inode: inodeOf(fi)}
+// StampOf returns the stamp of fi.
+func StampOf(fi fs.FileInfo) Stamp {
+	return Stamp{Size: fi.Size(), MTime: fi.ModTime(), Inode: Inode(fi)}
 }
 
 // Open opens the workspace at dir, creating the folder and any missing
@@ -192,7 +197,7 @@ func (w *Workspace) promptFile(name string) (PromptFile, bool, error) {
 	if !fi.Mode().IsRegular() {
 		return PromptFile{}, false, fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
 	}
-	if c, ok := w.cache[name]; ok && c.stamp == stampOf(fi) {
+	if c, ok := w.cache[name]; ok && c.stamp == StampOf(fi) {
 		return c.file, c.file.Content != "", nil
 	}
 	pf, stamp, err := w.readPromptFile(name)
@@ -206,15 +211,15 @@ func (w *Workspace) promptFile(name string) (PromptFile, bool, error) {
 
 // readPromptFile reads name and stamps it with the stat of the open file,
 // so a concurrent edit is at worst read again on the next call.
-func (w *Workspace) readPromptFile(name string) (PromptFile, fileStamp, error) {
+func (w *Workspace) readPromptFile(name string) (PromptFile, Stamp, error) {
 	f, _, err := w.Guard(func(rel string) bool { return rel == name }).NoSymlinks().Open(name)
 	if err != nil {
-		return PromptFile{}, fileStamp{}, err
+		return PromptFile{}, Stamp{}, err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return PromptFile{}, fileStamp{}, err
+		return PromptFile{}, Stamp{}, err
 	}
 	w.reads.Add(1)
 	pf := PromptFile{Name: name}
@@ -223,14 +228,14 @@ func (w *Workspace) readPromptFile(name string) (PromptFile, fileStamp, error) {
 		data = make([]byte, MemoryMaxBytes)
 		n, err := f.ReadAt(data, fi.Size()-MemoryMaxBytes)
 		if err != nil && !errors.Is(err, io.EOF) {
-			return PromptFile{}, fileStamp{}, err
+			return PromptFile{}, Stamp{}, err
 		}
 		data = DropPartialLine(data[:n])
 		pf.Truncated = true
 	} else {
 		data, err = io.ReadAll(f)
 		if err != nil {
-			return PromptFile{}, fileStamp{}, err
+			return PromptFile{}, Stamp{}, err
 		}
 	}
 	if name == MemoryFile {
@@ -241,7 +246,7 @@ func (w *Workspace) readPromptFile(name string) (PromptFile, fileStamp, error) {
 	if len(bytes.TrimSpace(data)) > 0 {
 		pf.Content = strings.ToValidUTF8(string(data), "\uFFFD")
 	}
-	return pf, stampOf(fi), nil
+	return pf, StampOf(fi), nil
 }
 
 // DropPartialLine removes the (possibly cut) first line of a chunk read

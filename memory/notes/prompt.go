@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/switchboard-chat/switchboard/workspace"
@@ -85,18 +84,8 @@ func (n *Notes) Reads() int64 {
 	return n.reads
 }
 
-type stamp struct {
-	size  int64
-	mtime time.Time
-	inode uint64
-}
-
-func stampOf(fi fs.FileInfo) stamp {
-	return stamp{size: fi.Size(), mtime: fi.ModTime(), inode: inodeOf(fi)}
-}
-
 type cachedTail struct {
-	stamp     stamp
+	stamp     workspace.Stamp
 	content   string
 	truncated bool
 }
@@ -120,7 +109,7 @@ func (n *Notes) tail(rel string, cut bool) (cachedTail, bool, error) {
 	n.cmu.Lock()
 	c, hit := n.cache[rel]
 	n.cmu.Unlock()
-	if hit && c.stamp == stampOf(fi) {
+	if hit && c.stamp == workspace.StampOf(fi) {
 		return c, c.content != "", nil
 	}
 	c, err = n.readTail(rel, cut)
@@ -184,7 +173,7 @@ func (n *Notes) readTail(rel string, cut bool) (cachedTail, error) {
 	if len(bytes.TrimSpace(data)) > 0 {
 		c.content = strings.ToValidUTF8(string(data), "\uFFFD")
 	}
-	c.stamp = stampOf(fi)
+	c.stamp = workspace.StampOf(fi)
 	return c, nil
 }
 

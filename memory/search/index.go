@@ -152,7 +152,7 @@ type fileMeta struct {
 }
 
 func (m fileMeta) sameStamp(fi fs.FileInfo) bool {
-	return m.Size == fi.Size() && m.MTime == fi.ModTime().UnixNano() && m.Inode == inodeOf(fi)
+	return m.Size == fi.Size() && m.MTime == fi.ModTime().UnixNano() && m.Inode == workspace.Inode(fi)
 }
 
 // Open opens (creating if needed) the index file and its folder. It does
@@ -536,7 +536,7 @@ func (x *Index) load(rel string, old fileMeta) (*doc, error) {
 	}
 	sum := sha256.Sum256(data)
 	d := &doc{rel: rel, size: len(data), meta: fileMeta{
-		Hash: hex.EncodeToString(sum[:]), Size: fi.Size(), MTime: fi.ModTime().UnixNano(), Inode: inodeOf(fi),
+		Hash: hex.EncodeToString(sum[:]), Size: fi.Size(), MTime: fi.ModTime().UnixNano(), Inode: workspace.Inode(fi),
 	}}
 	if old.Hash == d.meta.Hash && !x.needsEmbed(old) {
 		d.same = true

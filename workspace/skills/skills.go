@@ -144,12 +144,10 @@ type Catalog struct {
 
 // stamp identifies one version of a file or folder without reading it.
 type stamp struct {
-	rel   string
-	ok    bool
-	size  int64
-	mtime time.Time
-	inode uint64
-	mode  fs.FileMode
+	rel  string
+	ok   bool
+	file workspace.Stamp
+	mode fs.FileMode
 }
 
 // New returns a catalog of ws's skills folder. Nothing is read until the
@@ -223,7 +221,7 @@ func (c *Catalog) stat(rel string) stamp {
 	if err != nil {
 		return stamp{rel: rel}
 	}
-	return stamp{rel: rel, ok: true, size: fi.Size(), mtime: fi.ModTime(), inode: inodeOf(fi), mode: fi.Mode()}
+	return stamp{rel: rel, ok: true, file: workspace.StampOf(fi), mode: fi.Mode()}
 }
 
 // listDirs returns the names of the folders (or links to folders) in
