@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -116,28 +115,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Client, error) {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
 	}
-	var errs []error
-	if u, err := url.Parse(cfg.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("llm.base_url: must be an http(s) URL such as http://localhost:11434/v1, got %q", cfg.BaseURL))
-	}
-	if cfg.Model == "" {
-		errs = append(errs, errors.New("llm.model: must not be empty"))
-	}
-	if cfg.MaxTokens < 1 {
-		errs = append(errs, fmt.Errorf("llm.max_tokens: must be at least 1, got %d", cfg.MaxTokens))
-	}
-	if cfg.Temperature < 0 || cfg.Temperature > 2 {
-		errs = append(errs, fmt.Errorf("llm.temperature: must be between 0 and 2, got %g", cfg.Temperature))
-	}
-	if cfg.RequestTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("llm.request_timeout: must be positive, got %s", cfg.RequestTimeout))
-	}
-	if cfg.IdleTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("llm.idle_timeout: must be positive, got %s", cfg.IdleTimeout))
-	}
-	if cfg.MaxRetries < 0 {
-		errs = append(errs, fmt.Errorf("llm.max_retries: must not be negative, got %d", cfg.MaxRetries))
-	}
+	errs := cfg.workable()
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("llm: config: %w", err)
 	}

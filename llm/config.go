@@ -35,8 +35,12 @@ func (c Config) Configured() bool {
 	return c.APIKey != "" || (c.BaseURL != "" && c.BaseURL != DefaultBaseURL)
 }
 
-// Validate reports every problem, each naming its YAML key.
-func (c Config) Validate() error {
+// workable returns the problems of c that no client can work with, the
+// rules New and Validate share: an http(s) base URL (empty: the default),
+// a model, max_tokens ≥ 1, a temperature in [0, 2], positive timeouts and
+// no negative retry count. Validate adds the bounds of a configuration
+// file.
+func (c Config) workable() []error {
 	var errs []error
 	if c.BaseURL != "" {
 		u, err := url.Parse(c.BaseURL)
@@ -53,16 +57,31 @@ func (c Config) Validate() error {
 	if c.Temperature < 0 || c.Temperature > 2 {
 		errs = append(errs, fmt.Errorf("llm.temperature: must be between 0 and 2, got %g", c.Temperature))
 	}
+	if c.RequestTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("llm.request_timeout: must be positive, got %s", c.RequestTimeout))
+	}
+	if c.IdleTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("llm.idle_timeout: must be positive, got %s", c.IdleTimeout))
+	}
+	if c.MaxRetries < 0 {
+		errs = append(errs, fmt.Errorf("llm.max_retries: must not be negative, got %d", c.MaxRetries))
+	}
+	return errs
+}
+
+// Validate reports every problem, each naming its YAML key.
+func (c Config) Validate() error {
+	errs := c.workable()
 	if c.ContextWindow < 1024 {
 		errs = append(errs, fmt.Errorf("llm.context_window: must be at least 1024, got %d", c.ContextWindow))
 	}
-	if c.RequestTimeout < time.Second {
+	if c.RequestTimeout > 0 && c.RequestTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("llm.request_timeout: must be at least 1s, got %s", c.RequestTimeout))
 	}
-	if c.IdleTimeout < time.Second {
+	if c.IdleTimeout > 0 && c.IdleTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("llm.idle_timeout: must be at least 1s, got %s", c.IdleTimeout))
 	}
-	if c.MaxRetries < 0 || c.MaxRetries > 10 {
+	if c.MaxRetries > 10 {
 		errs = append(errs, fmt.Errorf("llm.max_retries: must be between 0 and 10, got %d", c.MaxRetries))
 	}
 	if c.RateLimitBackoff < 0 || c.RateLimitBackoff > 10*time.Minute {

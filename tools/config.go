@@ -177,7 +177,7 @@ func (c Config) Validate() error {
 		}
 	}
 	for i, name := range b.PassEnv {
-		if !validEnvName(name) {
+		if !ValidEnvName(name) {
 			bad(fmt.Sprintf("bash.pass_env[%d]", i), "must be an environment variable name, got %q", name)
 		}
 	}
@@ -248,7 +248,9 @@ func UserAllowed(allow []string, s Session) bool {
 	return false
 }
 
-func validEnvName(s string) bool {
+// ValidEnvName reports whether s is a portable environment variable name:
+// letters, digits and "_", not starting with a digit.
+func ValidEnvName(s string) bool {
 	if s == "" {
 		return false
 	}

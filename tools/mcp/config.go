@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/switchboard-chat/switchboard/tools"
 )
 
 // Config lists the MCP servers whose tools join the agent's tool set
@@ -95,7 +97,7 @@ func (c Config) Validate() error {
 			}
 		}
 		for k := range s.Env {
-			if !validEnvName(k) {
+			if !tools.ValidEnvName(k) {
 				bad("env", "%q is not an environment variable name", k)
 			}
 		}
@@ -112,17 +114,4 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func validEnvName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c == '_' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || i > 0 && '0' <= c && c <= '9') {
-			return false
-		}
-	}
-	return true
 }
