@@ -43,11 +43,17 @@ func TestCheckTelegram(t *testing.T) {
 
 func TestCheckSlack(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/api/auth.test" || r.Header.Get("Authorization") != "Bearer xoxb-good" {
+		// Slack takes the token as a form field or a bearer header.
+		_ = r.ParseForm()
+		token := r.Form.Get("token")
+		if token == "" {
+			token = strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		}
+		if r.URL.Path != "/api/auth.test" || token != "xoxb-good" {
 			_, _ = w.Write([]byte(`{"ok":false,"error":"invalid_auth"}`))
 			return
 		}
-		_, _ = w.Write([]byte(`{"ok":true,"team":"Acme","user":"switchboard"}`))
+		_, _ = w.Write([]byte(`{"ok":true,"team":"Acme","user":"switchboard","user_id":"U1","bot_id":"B1"}`))
 	}))
 	defer srv.Close()
 	cfg := slack.DefaultConfig()
