@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/switchboard-chat/switchboard/internal/clock"
 )
 
 // Channel is a running connection between one chat platform and the bus.
@@ -59,21 +61,9 @@ type Channel interface {
 // listens; adapters check for nil before calling.
 type StatusFunc func(err error)
 
-// Sleep waits for d or until ctx ends, returning ctx's error then (and nil
-// after a full wait). A d of zero or less returns at once.
-func Sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+// Sleep waits for d or until ctx ends ([clock.Sleep], the project's one
+// context-aware sleep), returning ctx's error then.
+func Sleep(ctx context.Context, d time.Duration) error { return clock.Sleep(ctx, d) }
 
 // SplitList decodes a YAML list of scalars, or one scalar, into its
 // entries: every entry is split at commas and white space and empty parts

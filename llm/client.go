@@ -11,6 +11,8 @@ import (
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/switchboard-chat/switchboard/internal/clock"
 )
 
 // Client streams chat completions from an OpenAI-compatible endpoint. It is
@@ -87,21 +89,6 @@ func (cfg Config) Backoff(attempt int, rateLimited bool) time.Duration {
 	return d + rand.N(d/10+1)
 }
 
-// sleepCtx waits for d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // New returns a client for cfg. It does no I/O. A configuration that is not
 // Configured is accepted: every call then fails with ErrNotConfigured, so
 // the daemon can run and tell users a model is missing. cfg is checked for
@@ -123,7 +110,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Client, error) {
 		cfg:     cfg,
 		log:     log.With("component", "llm"),
 		backoff: cfg.Backoff,
-		sleep:   sleepCtx,
+		sleep:   clock.Sleep,
 		now:     time.Now,
 	}
 	for _, o := range opts {

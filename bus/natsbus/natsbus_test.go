@@ -611,15 +611,15 @@ func TestFloodDoesNotFillAckPending(t *testing.T) {
 		}
 		switch {
 		case i == 0:
-			first = d
-			if err := d.NakWithDelay(10 * time.Millisecond); err != nil {
-				t.Fatal(err)
-			}
+			first = d // handed back after the loop, so it cannot come back among the first deliveries
 		case i%2 == 1:
 			if err := d.NakWithDelay(time.Hour); err != nil {
 				t.Fatal(err)
 			}
 		} // the others stay held, unacknowledged
+	}
+	if err := first.NakWithDelay(10 * time.Millisecond); err != nil {
+		t.Fatal(err)
 	}
 	again := c.next(t)
 	if got, want := again.Info(), (bus.DeliveryInfo{Sequence: first.Info().Sequence, NumDelivered: 2}); got != want {

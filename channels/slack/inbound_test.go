@@ -2,9 +2,11 @@ package slack
 
 import (
 	"encoding/base64"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go"
@@ -131,7 +133,13 @@ func TestDeduplicationAcrossRestartsUsesMsgID(t *testing.T) {
 	if want := []string{"slack:T1:C1:4.1", "slack:T1:C1:4.1", "slack:T1:C1:4.2"}; !cmp.Equal(ids, want) {
 		t.Errorf("published Nats-Msg-Ids = %q, want %q", ids, want)
 	}
-	if n := e.streamMsgs(); n != 2 {
+	// The collector sees a publish before the stream has stored it: wait
+	// until the sentinel is stored, then count.
+	n := e.streamMsgs()
+	for deadline := time.Now().Add(5 * time.Second); n < 2 && time.Now().Before(deadline); n = e.streamMsgs() {
+		runtime.Gosched()
+	}
+	if n != 2 {
 		t.Errorf("CHAT_IN holds %d messages, want 2 (the copy de-duplicated)", n)
 	}
 }

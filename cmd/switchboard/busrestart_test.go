@@ -183,17 +183,15 @@ func (d *externalDaemon) readyz(t *testing.T) (int, string) {
 // satisfies match, and returns the body.
 func (d *externalDaemon) waitReadyz(t *testing.T, status int, match func(string) bool) string {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		code, body := d.readyz(t)
-		if code == status && match(body) {
-			return body
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz = %d %q; want %d with the expected reason", code, body, status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var code int
+	var body string
+	poll(t, wait, 20*time.Millisecond, func() bool {
+		code, body = d.readyz(t)
+		return code == status && match(body)
+	}, func() string {
+		return fmt.Sprintf("/readyz = %d %q; want %d with the expected reason", code, body, status)
+	})
+	return body
 }
 
 // publisher is a bridge-like sender: it publishes through JetStream and
@@ -298,22 +296,37 @@ func externalConfig(t *testing.T, natsURL, llmURL string) Config {
 // and returns the counts.
 func waitAllAnswered(t *testing.T, js jetstream.JetStream, ids []string) map[string]int {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		finals := storedFinals(t, js)
-		var missing []string
+	var finals map[string]int
+	var missing []string
+	// Each look reads CHAT_OUT through an ephemeral consumer: not too often.
+	poll(t, 90*time.Second, 200*time.Millisecond, func() bool {
+		finals, missing = storedFinals(t, js), missing[:0]
 		for _, id := range ids {
 			if finals[id] == 0 {
 				missing = append(missing, id)
 			}
 		}
-		if len(missing) == 0 {
-			return finals
-		}
+		return len(missing) == 0
+	}, func() string {
+		return fmt.Sprintf("%d of %d accepted messages never got a final, e.g. %v", len(missing), len(ids), missing[:min(len(missing), 5)])
+	})
+	return finals
+}
+
+// poll checks cond every interval until it holds, failing the test with
+// what() after timeout. It is for state that announces no event (an HTTP
+// status, a stream's contents, /proc): every other wait uses the event
+// itself.
+func poll(t testing.TB, timeout, every time.Duration, cond func() bool, what func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d accepted messages never got a final, e.g. %v", len(missing), len(ids), missing[:min(len(missing), 5)])
+			t.Fatal(what())
 		}
-		time.Sleep(200 * time.Millisecond)
+		<-tick.C
 	}
 }
 

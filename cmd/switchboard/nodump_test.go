@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,17 +51,11 @@ func TestDaemonNotDumpable(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
 	// setpriv holds its capabilities until it has started sleep.
-	deadline := time.Now().Add(wait)
-	for {
-		b, _ := os.ReadFile("/proc/" + strconv.Itoa(sleeper.Process.Pid) + "/cmdline")
-		if strings.HasPrefix(string(b), "sleep\x00") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sleep did not start: %q", b)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	var b []byte
+	poll(t, wait, 5*time.Millisecond, func() bool {
+		b, _ = os.ReadFile("/proc/" + strconv.Itoa(sleeper.Process.Pid) + "/cmdline")
+		return strings.HasPrefix(string(b), "sleep\x00")
+	}, func() string { return fmt.Sprintf("sleep did not start: %q", b) })
 	if out, err := readEnviron(sleeper.Process.Pid); err != nil || !strings.Contains(out, secret) {
 		t.Fatalf("cannot read a dumpable process's environment (%v: %s): the test proves nothing", err, out)
 	}
