@@ -18,13 +18,14 @@
 //     expanded again. Keys and comments are never expanded. Expansion
 //     happens after parsing, so a value cannot change the file's structure;
 //     an unquoted value that expands to a number or boolean is decoded as
-//     one, a quoted one stays a string.
+//     one, a quoted one stays a string, and an empty one is null.
 //  3. The tree is decoded into the target over its current values, which are
 //     therefore the defaults: a key left out keeps its value, a key present
-//     with an empty value sets the zero value, and a section present with no
-//     keys (or null) keeps its defaults. Keys follow the yaml tags (",inline"
-//     structs contribute their keys; an untagged field's key is its
-//     lower-cased name; "-" and unexported fields are not keys). Every key
+//     with an empty value (null) sets the zero value, and a struct section
+//     present with no keys keeps its defaults (a pointer to a struct set to
+//     null is nil; {} keeps or allocates it). Keys follow the yaml tags
+//     (",inline" structs contribute their keys; an untagged field's key is
+//     its lower-cased name; "-" and unexported fields are not keys). Every key
 //     must be known: an unknown key is a problem, with "did you mean ...?"
 //     when a known key is within two edits. A value of the wrong type is a
 //     problem naming the type wanted: an integer (1.5 is not truncated), true

@@ -89,6 +89,7 @@ func TestDecodeOverDefaults(t *testing.T) {
 			a.Server.Tags = nil
 		}},
 		{"pointer section is allocated", "backup: {listen: 'b:1'}\n", func(a *app) { a.Backup = &server{Listen: "b:1"} }},
+		{"pointer section set empty is allocated", "backup: {}\n", func(a *app) { a.Backup = &server{} }},
 		{"durations in Go syntax", "server: {timeout: 1h30m}\n", func(a *app) { a.Server.Timeout = 90 * time.Minute }},
 		{"merge keys, the mapping's own keys win", "server:\n  <<: &base {listen: 'm:1', timeout: 5s}\n  timeout: 7s\nbackup:\n  <<: [*base]\n", func(a *app) {
 			a.Server.Listen = "m:1"
@@ -389,5 +390,17 @@ func TestImportsNoSwitchboardPackage(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("no product files found")
+	}
+}
+
+func TestDecodeNullPointerSectionIsNil(t *testing.T) {
+	v := defaults()
+	v.Backup = &server{Listen: "default:1"}
+	if err := Decode([]byte("backup:\n"), &v, Options{}); err != nil || v.Backup != nil {
+		t.Fatalf("backup: (null) over a default = %+v, %v; want nil (off)", v.Backup, err)
+	}
+	v.Backup = &server{Listen: "default:1"}
+	if err := Decode([]byte("backup: {}\n"), &v, Options{}); err != nil || v.Backup == nil || v.Backup.Listen != "default:1" {
+		t.Fatalf("backup: {} over a default = %+v, %v; want the default kept", v.Backup, err)
 	}
 }
