@@ -28,6 +28,7 @@ import (
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/config"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/tools"
 	"github.com/switchboard-chat/switchboard/tools/bash"
@@ -93,7 +94,7 @@ func runCheck(ctx context.Context, args []string, stdout io.Writer) int {
 	}
 	cfg, err := ParseConfig(data, os.LookupEnv)
 	if err != nil {
-		problems := flatten(err)
+		problems := config.Problems(err)
 		printResult(stdout, checkResult{"config", statusFail, fmt.Sprintf("%s: %d %s", *path, len(problems), plural(len(problems), "problem", "problems"))})
 		for _, p := range problems {
 			fmt.Fprintf(stdout, "      - %s\n", p)

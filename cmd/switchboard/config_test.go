@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
-	"net"
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -23,6 +21,7 @@ import (
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
 	slackch "github.com/switchboard-chat/switchboard/channels/slack"
 	"github.com/switchboard-chat/switchboard/channels/telegram"
+	"github.com/switchboard-chat/switchboard/config"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
 	"github.com/switchboard-chat/switchboard/tools"
@@ -267,8 +266,8 @@ func TestConfigErrorGolden(t *testing.T) {
 		t.Fatalf("error text differs from %s (-want +got):\n%s", golden, diff)
 	}
 	// Each problem is its own error, reachable with errors.Join's Unwrap.
-	if n := len(flatten(errors.Unwrap(loadErr))); n != strings.Count(got, "\n")-1 {
-		t.Fatalf("flatten found %d problems, the text has %d lines after the header", n, strings.Count(got, "\n")-1)
+	if n := len(config.Problems(errors.Unwrap(loadErr))); n != strings.Count(got, "\n")-1 {
+		t.Fatalf("config.Problems found %d problems, the text has %d lines after the header", n, strings.Count(got, "\n")-1)
 	}
 }
 
@@ -302,45 +301,6 @@ func TestLoadConfigExpandsProcessEnvironment(t *testing.T) {
 	}
 	if cfg.LLM.Model != "qwen2.5" || cfg.Agent.MaxSteps != 9 {
 		t.Fatalf("LoadConfig: model %q, max_steps %d; want qwen2.5, 9", cfg.LLM.Model, cfg.Agent.MaxSteps)
-	}
-}
-
-func TestExpandEnv(t *testing.T) {
-	env := envMap(map[string]string{"A": "alpha", "EMPTY": "", "DOLLAR": "$B", "B": "beta"})
-	tests := []struct {
-		in, want, wantErr string
-	}{
-		{in: "plain", want: "plain"},
-		{in: "${A}", want: "alpha"},
-		{in: "x-${A}-${B}-y", want: "x-alpha-beta-y"},
-		{in: "${UNSET}", want: ""},
-		{in: "${UNSET:-fallback}", want: "fallback"},
-		{in: "${EMPTY:-fallback}", want: "fallback"},
-		{in: "${A:-fallback}", want: "alpha"},
-		{in: "${UNSET:-}", want: ""},
-		{in: "${UNSET:-http://h:1/v1 x}", want: "http://h:1/v1 x"},
-		{in: "$$", want: "$"},
-		{in: "$${A}", want: "${A}"},
-		{in: "pa$$word", want: "pa$word"},
-		{in: "${DOLLAR}", want: "$B"}, // values are not expanded again
-		{in: "cost: $5", want: "cost: $5"},
-		{in: "trailing $", want: "trailing $"},
-		{in: "${A", wantErr: `unterminated ${ in "${A"`},
-		{in: "${}", wantErr: "invalid environment variable reference ${}"},
-		{in: "${A B}", wantErr: "invalid environment variable reference ${A B}"},
-		{in: "${A-x}", wantErr: "invalid environment variable reference ${A-x}"},
-	}
-	for _, tt := range tests {
-		got, err := expandEnv(tt.in, env)
-		if tt.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("expandEnv(%q) = %q, %v; want error %q", tt.in, got, err, tt.wantErr)
-			}
-			continue
-		}
-		if err != nil || got != tt.want {
-			t.Errorf("expandEnv(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
-		}
 	}
 }
 
@@ -476,30 +436,15 @@ func TestShippedConfigInContainerNeedsBusToken(t *testing.T) {
 	}
 }
 
-// yamlKeys returns the dotted YAML key of every leaf field of t.
-func yamlKeys(t reflect.Type, prefix string) []string {
-	var keys []string
-	for name, idx := range yamlFields(t) {
-		ft := t.FieldByIndex(idx).Type
-		if ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
-		}
-		if ft.Kind() == reflect.Struct && ft != reflect.TypeFor[time.Time]() {
-			keys = append(keys, yamlKeys(ft, joinPath(prefix, name))...)
-			continue
-		}
-		keys = append(keys, joinPath(prefix, name))
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 // fileKeys returns the dotted key of every leaf of a YAML mapping, each
 // with the line comment of its value.
 func fileKeys(n *yaml.Node, prefix string, out map[string]string) {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
-		key := joinPath(prefix, k.Value)
+		key := k.Value
+		if prefix != "" {
+			key = prefix + "." + key
+		}
 		if v.Kind == yaml.MappingNode && len(v.Content) > 0 {
 			fileKeys(v, key, out)
 			continue
@@ -524,7 +469,7 @@ func TestShippedConfigDocumentsEveryKey(t *testing.T) {
 		fileList = append(fileList, k)
 	}
 	sort.Strings(fileList)
-	want := yamlKeys(reflect.TypeFor[Config](), "")
+	want := config.Keys(reflect.TypeFor[Config]())
 	if len(want) < 20 {
 		t.Fatalf("yamlKeys found only %d keys: %v", len(want), want)
 	}
@@ -581,160 +526,4 @@ func TestLogger(t *testing.T) {
 		}
 	}
 	defaultConfig().Logger(nil).Error("discarded without panicking")
-}
-
-// textValue is a TextUnmarshaler leaf for the generic decoder test.
-type textValue struct{ ip net.IP }
-
-func (v *textValue) UnmarshalText(b []byte) error {
-	v.ip = net.ParseIP(string(b))
-	if v.ip == nil {
-		return errors.New("not an IP")
-	}
-	return nil
-}
-
-type inlineOpts struct {
-	Shared string `yaml:"shared"`
-}
-
-type genericSection struct {
-	Token string `yaml:"token"`
-}
-
-type genericConfig struct {
-	inlineOpts `yaml:",inline"`
-	Section    *genericSection           `yaml:"section"`
-	Off        *genericSection           `yaml:"off"`
-	List       []genericSection          `yaml:"list"`
-	Names      []string                  `yaml:"names"`
-	Map        map[string]genericSection `yaml:"map"`
-	IP         textValue                 `yaml:"ip"`
-	Flag       bool                      `yaml:"flag"`
-	Count      uint                      `yaml:"count"`
-	Untagged   string                    // key "untagged"
-	Skipped    string                    `yaml:"-"`
-	//lint:ignore U1000 the decoder must skip unexported fields
-	hidden string                     // not a key: unexported
-	Nested map[string]map[string]bool `yaml:"nested"`
-}
-
-func TestDecoderGeneric(t *testing.T) {
-	src := `
-shared: s
-section: {token: t1}
-off:
-list:
-  - token: a
-  - token: b
-names: [x, y]
-map:
-  one: {token: m1}
-ip: 10.0.0.1
-flag: yes
-count: 3
-untagged: u
-nested: {a: {b: true}}
-`
-	var n yaml.Node
-	if err := yaml.Unmarshal([]byte(src), &n); err != nil {
-		t.Fatal(err)
-	}
-	got := genericConfig{Off: &genericSection{Token: "default"}}
-	var d decoder
-	d.decode(n.Content[0], reflect.ValueOf(&got).Elem(), "")
-	if len(d.problems) > 0 {
-		t.Fatalf("decode problems: %v", d.problems[0].err)
-	}
-	want := genericConfig{
-		inlineOpts: inlineOpts{Shared: "s"},
-		Section:    &genericSection{Token: "t1"},
-		List:       []genericSection{{Token: "a"}, {Token: "b"}},
-		Names:      []string{"x", "y"},
-		Map:        map[string]genericSection{"one": {Token: "m1"}},
-		IP:         textValue{ip: net.ParseIP("10.0.0.1")},
-		Flag:       true,
-		Count:      3,
-		Untagged:   "u",
-		Nested:     map[string]map[string]bool{"a": {"b": true}},
-	}
-	if diff := cmp.Diff(want, got, cmp.AllowUnexported(genericConfig{}, textValue{})); diff != "" {
-		t.Fatalf("decode mismatch (-want +got):\n%s", diff)
-	}
-
-	bad := `
-section: {tokn: x}
-list:
-  - {token: a, extra: 1}
-names: x
-map: [1]
-ip: not-an-ip
-count: -1
-skipped: no
-hidden: no
-flag: maybe
-nested: {a: {b: {c: 1}}}
-`
-	if err := yaml.Unmarshal([]byte(bad), &n); err != nil {
-		t.Fatal(err)
-	}
-	got = genericConfig{}
-	d = decoder{}
-	d.decode(n.Content[0], reflect.ValueOf(&got).Elem(), "")
-	var msgs []string
-	for _, p := range d.problems {
-		msgs = append(msgs, p.err.Error())
-	}
-	wantMsgs := []string{
-		"section.tokn (line 2): unknown key (did you mean token?)",
-		"list[0].extra (line 4): unknown key",
-		`names (line 5): must be a list, got the value "x"`,
-		"map (line 6): must be a mapping, got a list",
-		`ip (line 7): invalid value "not-an-ip": not an IP`,
-		`count (line 8): must be a non-negative integer, got "-1"`,
-		"skipped (line 9): unknown key",
-		"hidden (line 10): unknown key",
-		`flag (line 11): must be true or false, got "maybe"`,
-		"nested.a.b (line 12): must be true or false, got a mapping",
-	}
-	if diff := cmp.Diff(wantMsgs, msgs); diff != "" {
-		t.Fatalf("decode problems (-want +got):\n%s", diff)
-	}
-}
-
-type loop struct {
-	A *loop `yaml:"a"`
-}
-
-func TestDecoderAliasLoop(t *testing.T) {
-	// a: *self, where self is the mapping itself: decoding must stop.
-	m := &yaml.Node{Kind: yaml.MappingNode, Line: 1}
-	m.Content = []*yaml.Node{
-		{Kind: yaml.ScalarNode, Tag: "!!str", Value: "a", Line: 1},
-		{Kind: yaml.AliasNode, Alias: m, Line: 1},
-	}
-	var got loop
-	d := decoder{}
-	d.decode(m, reflect.ValueOf(&got).Elem(), "")
-	if len(d.problems) != 1 || !strings.Contains(d.problems[0].err.Error(), "nested too deeply") {
-		t.Fatalf("decoding a recursive alias: problems %v, want one 'nested too deeply'", d.problems)
-	}
-}
-
-func TestSuggest(t *testing.T) {
-	fields := map[string][]int{"max_steps": nil, "max_context_turns": nil, "workspace": nil}
-	for in, want := range map[string]string{
-		"max_stepz":  "max_steps",
-		"workspce":   "workspace",
-		"max_step":   "max_steps",
-		"completely": "",
-		"":           "",
-	} {
-		if got := suggest(in, fields); got != want {
-			t.Errorf("suggest(%q) = %q, want %q", in, got, want)
-		}
-	}
-	if !slices.Equal(flatten(nil), nil) {
-		t.Error("flatten(nil) is not empty")
-	}
 }
