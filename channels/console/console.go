@@ -75,10 +75,12 @@ func Dial(ctx context.Context, url string, creds bridge.Credentials, opts bridge
 
 // Options configures a [Client].
 type Options struct {
-	// ChatID is the chat the client speaks in (required).
-	ChatID string
-	// UserID is the user id and name of the inbound envelopes (required).
+	// UserID is the user id and name of the inbound envelopes (default
+	// "console"; `switchboard chat` passes $USER).
 	UserID string
+	// ChatID is the chat the client speaks in (default "console-" +
+	// UserID).
+	ChatID string
 	// Wait is the longest time Run waits for outstanding answers after
 	// the input ends (default [DefaultWait]).
 	Wait time.Duration
@@ -106,12 +108,6 @@ func New(br *bridge.Client, opts Options, out io.Writer) (*Client, error) {
 	} else if br.Channel() != Channel {
 		errs = append(errs, fmt.Errorf("bridge client speaks for channel %q, want %q", br.Channel(), Channel))
 	}
-	if opts.ChatID == "" {
-		errs = append(errs, errors.New("Options.ChatID: required"))
-	}
-	if opts.UserID == "" {
-		errs = append(errs, errors.New("Options.UserID: required"))
-	}
 	if opts.Wait < 0 {
 		errs = append(errs, fmt.Errorf("Options.Wait: must not be negative, got %s", opts.Wait))
 	}
@@ -121,9 +117,18 @@ func New(br *bridge.Client, opts Options, out io.Writer) (*Client, error) {
 	if opts.Wait == 0 {
 		opts.Wait = DefaultWait
 	}
+	if opts.UserID == "" {
+		opts.UserID = "console"
+	}
+	if opts.ChatID == "" {
+		opts.ChatID = "console-" + opts.UserID
+	}
 	return &Client{br: br, opts: opts, out: out, printed: map[string]string{}, pending: map[string]bool{},
 		changed: make(chan struct{}, 1)}, nil
 }
+
+// ChatID returns the chat the client speaks in.
+func (c *Client) ChatID() string { return c.opts.ChatID }
 
 // Run subscribes to the chat, then publishes every non-blank line read
 // from in and prints the answers, until in ends (then it waits for the
@@ -186,6 +191,9 @@ func (c *Client) Run(ctx context.Context, in io.Reader) error {
 				continue
 			}
 			if err := c.send(ctx, text); err != nil {
+				if ctx.Err() != nil {
+					return nil // cancelled while publishing
+				}
 				return err
 			}
 		}

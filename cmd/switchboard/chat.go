@@ -38,19 +38,11 @@ func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return err
 	}
 	defer br.Close()
-	user := os.Getenv("USER")
-	if user == "" {
-		user = "console"
-	}
-	id := *chatID
-	if id == "" {
-		id = "console-" + user
-	}
-	c, err := console.New(br, console.Options{ChatID: id, UserID: user}, stdout)
+	c, err := console.New(br, console.Options{ChatID: *chatID, UserID: os.Getenv("USER")}, stdout)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "Connected to %s as chat %q. Type a message, /help for commands, Ctrl-D to quit.\n", bus.RedactURL(op.URL), id)
+	fmt.Fprintf(stdout, "Connected to %s as chat %q. Type a message, /help for commands, Ctrl-D to quit.\n", bus.RedactURL(op.URL), c.ChatID())
 	return c.Run(ctx, stdin)
 }
 
