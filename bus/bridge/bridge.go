@@ -3,7 +3,7 @@
 // and Slack adapters and external Go bridge processes use it alike, so every
 // channel publishes and consumes through one code path.
 //
-// A [Client] does two things:
+// A [Client] does these things:
 //
 //   - [Client.PublishInbound] validates an inbound envelope exactly as the
 //     agent runtime will, then publishes it through JetStream on
@@ -15,7 +15,11 @@
 //     outbound envelope, in order within each conversation, concurrently
 //     across conversations, acknowledging each message only after the
 //     handler succeeded. [Client.SubscribeOutbound] does the same over a
-//     plain core subscription (no catch-up, no acknowledgements).
+//     plain core subscription (no catch-up, no acknowledgements), and
+//     [Client.Subscribe] extends it for a client that shows one chat live
+//     (the terminal console): only that chat's subjects, its agent events
+//     (docs/bus-protocol.md §10) in the same ordered queue, and a Ready
+//     callback once the server has the subscriptions.
 //   - Either way an outbound envelope whose id was already shown (a final
 //     the daemon published again after a crash, docs/bus-protocol.md §5) is
 //     dropped (and acknowledged) without calling the handler: the ids are

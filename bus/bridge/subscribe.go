@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/switchboard-chat/switchboard/bus"
 )
 
@@ -15,12 +17,17 @@ import (
 // consumer).
 const subscribePending = 65536
 
+// readyTimeout bounds the round trip that confirms the subscriptions
+// before [Subscription.Ready] is called.
+const readyTimeout = 10 * time.Second
+
 // SubscribeOutbound delivers the outbound envelopes of the client's channel
 // to h over a plain core NATS subscription on "<p>.out.<channel>.>" until
 // ctx is cancelled, then unsubscribes and returns nil. It is the lighter
 // alternative to [Client.ConsumeOutbound] for a bridge that needs no
 // catch-up: what is published while it is not subscribed is not received,
-// and nothing is acknowledged.
+// and nothing is acknowledged. It is [Client.Subscribe] with only
+// [Subscription.Outbound] set.
 //
 // Envelopes are validated as by ConsumeOutbound (invalid ones are logged
 // and skipped) and handed to h one at a time, in the order the server
@@ -32,29 +39,100 @@ const subscribePending = 65536
 //
 // It returns an error if the subscription fails or the connection closes.
 func (c *Client) SubscribeOutbound(ctx context.Context, h Handler) error {
-	if h == nil {
+	return c.Subscribe(ctx, Subscription{Outbound: h})
+}
+
+// EventHandler receives one agent event (docs/bus-protocol.md §10). Events
+// are informational: there is no retry and nothing to acknowledge.
+type EventHandler func(ctx context.Context, ev bus.Event)
+
+// Subscription says what [Client.Subscribe] listens to. Only Outbound is
+// required.
+type Subscription struct {
+	// Outbound receives the outbound envelopes, as [Client.SubscribeOutbound]
+	// describes.
+	Outbound Handler
+	// ChatID, when set, narrows the subscription to the subjects of that
+	// chat ("<p>.out.<channel>.<chat>", "<p>.event.<channel>.<chat>")
+	// instead of every chat of the channel. A client that shows one
+	// conversation (the terminal console) sets it.
+	ChatID string
+	// Events, when set, also receives the agent events of the same chats
+	// ("<p>.event.<channel>.<chat>" or "<p>.event.<channel>.>"). An event
+	// that is not JSON, or of another channel or chat than its subject, is
+	// logged and skipped.
+	Events EventHandler
+	// Ready, when set, is called once, after the server has confirmed the
+	// subscriptions (a round trip, bounded to 10 s) and before anything is
+	// delivered: what is published after Ready is called is received.
+	Ready func()
+}
+
+// Subscribe delivers what s asks for over plain core NATS subscriptions
+// until ctx is cancelled, then unsubscribes and returns nil. Outbound
+// envelopes and events are handed to their handlers one at a time, in the
+// order the server delivered them (one queue for both), with the rules of
+// [Client.SubscribeOutbound]. It returns an error if s is incomplete, a
+// subscription fails or the connection closes.
+func (c *Client) Subscribe(ctx context.Context, s Subscription) error {
+	if s.Outbound == nil {
 		return errors.New("bridge: subscribe outbound: handler is nil")
 	}
 	if c.closed.Load() {
 		return fmt.Errorf("bridge: subscribe outbound: %w", ErrClosed)
 	}
-	subject := c.subj.OutChannel(c.opts.Channel)
-	sub, err := c.nc.SubscribeSync(subject)
-	if err != nil {
-		return fmt.Errorf("bridge: subscribe outbound %s: %w", subject, err)
+	outSubject := c.subj.OutChannel(c.opts.Channel)
+	evSubject := c.subj.Prefix + ".event." + c.opts.Channel + ".>"
+	if s.ChatID != "" {
+		outSubject, evSubject = c.subj.Out(c.opts.Channel, s.ChatID), c.subj.Event(c.opts.Channel, s.ChatID)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := sub.SetPendingLimits(subscribePending, -1); err != nil {
-		return fmt.Errorf("bridge: subscribe outbound %s: %w", subject, err)
+	subjects := []string{outSubject}
+	if s.Events != nil {
+		subjects = append(subjects, evSubject)
 	}
-	c.log.Info("subscribed to outbound", "subject", subject)
-	for {
-		m, err := sub.NextMsgWithContext(ctx)
+	// A channel subscription does not end when the connection closes:
+	// watch for that.
+	closed := c.nc.StatusChanged(nats.CLOSED)
+	defer c.nc.RemoveStatusListener(closed)
+	msgs := make(chan *nats.Msg, subscribePending)
+	var outSub *nats.Subscription
+	for _, subject := range subjects {
+		sub, err := c.nc.ChanSubscribe(subject, msgs)
+		if err != nil {
+			return fmt.Errorf("bridge: subscribe outbound %s: %w", subject, err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		if outSub == nil {
+			outSub = sub
+		}
+	}
+	if s.Ready != nil {
+		fctx, cancel := context.WithTimeout(ctx, readyTimeout)
+		err := c.nc.FlushWithContext(fctx)
+		cancel()
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("bridge: subscribe outbound %s: %w", subject, err)
+			return fmt.Errorf("bridge: subscribe outbound %s: %w", outSubject, err)
+		}
+	}
+	c.log.Info("subscribed to outbound", "subjects", subjects)
+	if s.Ready != nil {
+		s.Ready()
+	}
+	for {
+		var m *nats.Msg
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-closed:
+			return fmt.Errorf("bridge: subscribe outbound %s: %w", outSubject, nats.ErrConnectionClosed)
+		case m = <-msgs:
+		}
+		if m.Sub != outSub {
+			c.event(ctx, s.Events, m)
+			continue
 		}
 		out, err := c.decodeOutbound(m.Data, m.Subject)
 		if err != nil {
@@ -64,10 +142,24 @@ func (c *Client) SubscribeOutbound(ctx context.Context, h Handler) error {
 		if c.seen.shown(ctx, c, &out) {
 			continue
 		}
-		if c.handleCore(ctx, h, out) {
+		if c.handleCore(ctx, s.Outbound, out) {
 			c.seen.record(ctx, c, &out)
 		}
 	}
+}
+
+// event decodes one event message and hands it to h.
+func (c *Client) event(ctx context.Context, h EventHandler, m *nats.Msg) {
+	var ev bus.Event
+	if err := json.Unmarshal(m.Data, &ev); err != nil {
+		c.log.Warn("dropping an event that is not JSON", "subject", m.Subject, "err", err)
+		return
+	}
+	if want := c.subj.Event(c.opts.Channel, ev.ChatID); ev.Channel != c.opts.Channel || m.Subject != want {
+		c.log.Warn("dropping an event whose channel or chat does not match its subject", "subject", m.Subject, "channel", ev.Channel, "chat_id", ev.ChatID)
+		return
+	}
+	h(ctx, ev)
 }
 
 // decodeOutbound decodes an outbound message and checks it belongs to the

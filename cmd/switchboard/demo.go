@@ -16,6 +16,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/switchboard-chat/switchboard/bus/bridge"
+	"github.com/switchboard-chat/switchboard/channels/console"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
@@ -92,10 +94,18 @@ func runDemo(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		case <-gctx.Done():
 			return nil
 		}
-		c := &chatClient{nc: s.Bus.Conn(), subj: s.Bus.Subjects(), chatID: "demo", userID: "you", out: stdout, wait: time.Minute}
+		br, err := bridge.New(s.Bus.Conn(), bridge.Options{Channel: console.Channel, SubjectPrefix: s.Bus.Subjects().Prefix})
+		if err != nil {
+			return err
+		}
+		defer br.Close()
+		c, err := console.New(br, console.Options{ChatID: "demo", UserID: "you", Wait: time.Minute}, stdout)
+		if err != nil {
+			return err
+		}
 		fmt.Fprintf(stdout, "> %s\n", demoFirstMessage)
 		input := io.MultiReader(strings.NewReader(demoFirstMessage+"\n"), stdin)
-		return c.run(gctx, input)
+		return c.Run(gctx, input)
 	})
 	return g.Wait()
 }

@@ -2,26 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strings"
-	"time"
-	"unicode/utf8"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/switchboard-chat/switchboard/bus"
-)
-
-// Bounds of `switchboard bus tail`.
-const (
-	tailTextRunes   = 100  // longest text shown per line
-	tailBuffer      = 8192 // messages buffered between NATS and the printer
-	tailDialTimeout = 3 * time.Second
+	"github.com/switchboard-chat/switchboard/channels/console/tail"
 )
 
 // busUsage is the help of `switchboard bus`.
@@ -52,11 +39,8 @@ func runBus(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 // runTail implements `switchboard bus tail [--config FILE] [--channel
-// NAME] [--url URL]`: it connects to the bus as `switchboard chat` does (as
-// an operator: bus.admin, or the daemon's credential file in data_dir; or
-// to --url), subscribes to the inbound,
-// outbound, event and dead-letter subjects of every channel or of one, and
-// prints each message as one line until ctx ends.
+// NAME] [--url URL]` (package channels/console/tail), as the operator like
+// `switchboard chat`, until ctx ends.
 func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bus tail", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -73,229 +57,15 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	url, opts, err := operatorDial(cfg, *busURL)
+	op, err := operator(cfg, *busURL)
 	if err != nil {
 		return fmt.Errorf("bus tail: %w", err)
 	}
-	opts = append(opts, nats.Name("switchboard-tail"), nats.Timeout(tailDialTimeout),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if errors.Is(err, nats.ErrSlowConsumer) {
-				err = errors.New("messages dropped: the terminal cannot keep up")
-			}
-			fmt.Fprintln(stderr, "switchboard bus tail:", err)
-		}))
-	nc, err := nats.Connect(url, opts...)
+	nc, err := tail.Dial(op.URL, op.Options(), stderr)
 	if err != nil {
-		return fmt.Errorf("bus tail: connect to the bus at %s (is `switchboard serve` running?): %w", bus.RedactURL(url), err)
+		return err
 	}
 	defer nc.Close()
-	p := tailPrinter{subj: bus.Subjects{Prefix: cfg.Bus.SubjectPrefix}, maxText: cfg.Bus.MaxTextBytes}
-	return tail(ctx, nc, p, *channel, bus.RedactURL(url), stdout)
-}
-
-// tail subscribes on nc and prints until ctx ends; it returns nil then.
-// The banner is printed once the subscriptions are in place.
-func tail(ctx context.Context, nc *nats.Conn, p tailPrinter, channel, shown string, out io.Writer) error {
-	subj := p.subj
-	subjects := []string{subj.InAll(), subj.OutAll(), subj.EventAll(), subj.DLQAll()}
-	what := "all channels"
-	if channel != "" {
-		subjects = []string{
-			subj.Prefix + ".in." + channel + ".>",
-			subj.OutChannel(channel),
-			subj.Prefix + ".event." + channel + ".>",
-			subj.DLQ(channel),
-		}
-		what = "channel " + channel
-	}
-	msgs := make(chan *nats.Msg, tailBuffer)
-	for _, s := range subjects {
-		sub, err := nc.ChanSubscribe(s, msgs)
-		if err != nil {
-			return fmt.Errorf("bus tail: subscribe %s: %w", s, err)
-		}
-		defer func() { _ = sub.Unsubscribe() }()
-	}
-	if err := nc.Flush(); err != nil {
-		return fmt.Errorf("bus tail: subscribe: %w", err)
-	}
-	fmt.Fprintf(out, "Tailing %s on %s (Ctrl-C to stop)\n", what, shown)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case m := <-msgs:
-			fmt.Fprintln(out, p.line(time.Now(), m))
-		}
-	}
-}
-
-// tailPrinter formats bus messages for `switchboard bus tail`.
-type tailPrinter struct {
-	subj    bus.Subjects
-	maxText int // bus.max_text_bytes, to flag inbound envelopes the runtime rejects
-}
-
-// line formats one message received at t:
-//
-//	15:04:05.000 IN    wechat/room@1       #4711 Ann: "hello"  +1 image  group mentioned
-//	15:04:05.100 IN    chat.in.wechat.r1   #9 u: "hi"  INVALID: bus: field "v": must be 1, got 2...
-//	15:04:05.210 OUT   wechat/room@1       typing   ↩4711 seq 1
-//	15:04:06.020 OUT   wechat/room@1       reply    ↩4711 seq 4 final "Hello, Ann!"
-//	15:04:05.300 EVENT wechat/room@1       tool_call ↩4711 {"name":"read_file",...}
-//	15:04:05.400 DLQ   wechat              bus: field "v": must be 1, got 2 (chat.in.wechat.room1, 16 bytes) "{\"v\":2..."
-func (p tailPrinter) line(t time.Time, m *nats.Msg) string {
-	ts := t.Format("15:04:05.000")
-	rest := strings.TrimPrefix(m.Subject, p.subj.Prefix+".")
-	kind, rest, _ := strings.Cut(rest, ".")
-	switch kind {
-	case "in":
-		return ts + " IN    " + p.inbound(m)
-	case "out":
-		return ts + " OUT   " + p.outbound(m)
-	case "event":
-		return ts + " EVENT " + p.event(m)
-	case "dlq":
-		return ts + " DLQ   " + p.deadLetter(rest, m)
-	}
-	return ts + " ?     " + m.Subject + " " + quoteShort(string(m.Data))
-}
-
-func chatLabel(channel, chatID, threadID string) string {
-	s := channel + "/" + chatID
-	if threadID != "" {
-		s += "/" + threadID
-	}
-	return fmt.Sprintf("%-20s", s)
-}
-
-func (p tailPrinter) inbound(m *nats.Msg) string {
-	var in bus.Inbound
-	if json.Unmarshal(m.Data, &in) != nil {
-		return fmt.Sprintf("%-20s not an envelope: %s", m.Subject, quoteShort(string(m.Data)))
-	}
-	_, invalid := bus.ParseInbound(p.subj, m.Subject, m.Data, p.maxText)
-	var b strings.Builder
-	if invalid != nil {
-		b.WriteString(fmt.Sprintf("%-20s", m.Subject))
-	} else {
-		b.WriteString(chatLabel(in.Channel, in.ChatID, in.ThreadID))
-	}
-	fmt.Fprintf(&b, " #%s ", in.ID)
-	who := in.UserName
-	if who == "" {
-		who = in.UserID
-	}
-	b.WriteString(who + ": ")
-	b.WriteString(quoteShort(in.Text))
-	if n := len(in.Attachments); n > 0 {
-		fmt.Fprintf(&b, "  +%d %s", n, attachmentWord(in.Attachments))
-	}
-	if in.ReplyTo != "" {
-		b.WriteString("  reply to #" + in.ReplyTo)
-	}
-	if in.IsGroup {
-		b.WriteString("  group")
-	}
-	if in.Mentioned {
-		b.WriteString(" mentioned")
-	}
-	if invalid != nil {
-		b.WriteString("  INVALID: " + invalid.Error())
-	}
-	return b.String()
-}
-
-func attachmentWord(atts []bus.Attachment) string {
-	kind := atts[0].Kind
-	for _, a := range atts[1:] {
-		if a.Kind != kind {
-			return "attachments"
-		}
-	}
-	if len(atts) > 1 {
-		return kind + "s"
-	}
-	return kind
-}
-
-func (p tailPrinter) outbound(m *nats.Msg) string {
-	var o bus.Outbound
-	if json.Unmarshal(m.Data, &o) != nil {
-		return fmt.Sprintf("%-20s not an envelope: %s", m.Subject, quoteShort(string(m.Data)))
-	}
-	var b strings.Builder
-	b.WriteString(chatLabel(o.Channel, o.ChatID, o.ThreadID))
-	fmt.Fprintf(&b, " %-8s", o.Kind)
-	if o.InReplyTo != "" {
-		b.WriteString(" ↩" + o.InReplyTo)
-	}
-	fmt.Fprintf(&b, " seq %d", o.Seq)
-	if o.Final {
-		b.WriteString(" final")
-	}
-	if o.Text != "" {
-		b.WriteString(" " + quoteShort(o.Text))
-	}
-	if n := len(o.Attachments); n > 0 {
-		fmt.Fprintf(&b, "  +%d %s", n, attachmentWord(o.Attachments))
-	}
-	return b.String()
-}
-
-func (p tailPrinter) event(m *nats.Msg) string {
-	var ev bus.Event
-	if json.Unmarshal(m.Data, &ev) != nil {
-		return fmt.Sprintf("%-20s not an event: %s", m.Subject, quoteShort(string(m.Data)))
-	}
-	var b strings.Builder
-	b.WriteString(chatLabel(ev.Channel, ev.ChatID, ev.ThreadID))
-	b.WriteString(" " + ev.Type)
-	if ev.InReplyTo != "" {
-		b.WriteString(" ↩" + ev.InReplyTo)
-	}
-	if len(ev.Data) > 0 && string(ev.Data) != "null" {
-		b.WriteString(" " + cut(oneLine(string(ev.Data)), tailTextRunes))
-	}
-	return b.String()
-}
-
-func (p tailPrinter) deadLetter(channel string, m *nats.Msg) string {
-	var r bus.DLQRecord
-	if json.Unmarshal(m.Data, &r) != nil {
-		return fmt.Sprintf("%-20s not a dead-letter record: %s", channel, quoteShort(string(m.Data)))
-	}
-	payload := r.Payload
-	if r.PayloadBase64 {
-		payload = "(base64) " + payload
-	}
-	return fmt.Sprintf("%-20s %s (%s, %d bytes) %s", channel, r.Reason, r.Subject, r.Size, quoteShort(payload))
-}
-
-// quoteShort quotes s on one line, cut to tailTextRunes characters.
-func quoteShort(s string) string {
-	if s == "" {
-		return `""`
-	}
-	return `"` + cut(oneLine(s), tailTextRunes) + `"`
-}
-
-// oneLine writes line breaks and tabs as ↵ and spaces.
-func oneLine(s string) string {
-	return strings.NewReplacer("\r\n", "↵", "\n", "↵", "\r", "↵", "\t", " ").Replace(s)
-}
-
-// cut shortens s to at most n characters, ending with … when cut.
-func cut(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	i, count := 0, 0
-	for i = range s {
-		if count == n-1 {
-			break
-		}
-		count++
-	}
-	return s[:i] + "…"
+	p := tail.Printer{Subjects: bus.Subjects{Prefix: cfg.Bus.SubjectPrefix}, MaxTextBytes: cfg.Bus.MaxTextBytes}
+	return tail.Run(ctx, nc, p, *channel, bus.RedactURL(op.URL), stdout)
 }
