@@ -211,6 +211,12 @@ func testShutdown(t *testing.T, h Harness) {
 		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		// So does the bus server, which restarts a consumer's loops when
+		// an adapter updates its consumer.
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*consumer).loopAndGatherMsgs"),
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*consumer).processInboundAcks"),
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*consumer).processInboundNextMsgReqs"),
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*consumerFileStore).flushLoop"),
 	)
 }
 
