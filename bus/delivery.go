@@ -46,7 +46,9 @@ type DeliveryInfo struct {
 	// arrival); 0 when unknown. A redelivery keeps the sequence.
 	Sequence uint64
 	// NumDelivered counts the deliveries of the message, this one included:
-	// 1 the first time, more when it is delivered again (after a crash, an
-	// expired AckWait, or a NakWithDelay).
+	// 1 the first time, more when it is delivered again (after an expired
+	// AckWait or a NakWithDelay). The count is the consumer's: the embedded
+	// bus creates its consumer afresh at start-up, so a message redelivered
+	// after a restart counts 1 again (its Sequence is kept).
 	NumDelivered uint64
 }

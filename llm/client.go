@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/switchboard-chat/switchboard/internal/clock"
+	"github.com/switchboard-chat/switchboard/internal/retry"
 )
 
 // Client streams chat completions from an OpenAI-compatible endpoint. It is
@@ -73,20 +73,15 @@ func WithSleep(f func(ctx context.Context, d time.Duration) error) Option {
 // wait gets up to 10 % random jitter so that many sessions do not retry in
 // lockstep.
 func (cfg Config) Backoff(attempt int, rateLimited bool) time.Duration {
-	if attempt < 1 {
-		attempt = 1
-	}
-	var d time.Duration
-	if rateLimited {
-		base := cfg.RateLimitBackoff
-		d = min(base+time.Duration(attempt-1)*base/2, 2*base)
-	} else {
-		d = time.Duration(attempt) * cfg.RetryBackoff
-	}
-	if d <= 0 {
-		return 0
-	}
-	return d + rand.N(d/10+1)
+	s := retry.Schedule(func(n int) time.Duration {
+		n = max(n, 1)
+		if rateLimited {
+			base := cfg.RateLimitBackoff
+			return min(base+time.Duration(n-1)*base/2, 2*base)
+		}
+		return time.Duration(n) * cfg.RetryBackoff
+	})
+	return s.Jitter(0.1)(attempt)
 }
 
 // New returns a client for cfg. It does no I/O. A configuration that is not
@@ -175,20 +170,33 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(Delta)) (
 	if err != nil {
 		return nil, err
 	}
-	for attempt := 0; ; attempt++ {
+	b := retry.New(retry.Policy{
+		Attempts: max(c.cfg.MaxRetries, 0) + 1,
+		Retryable: func(err error) bool {
+			ae, _ := errors.AsType[attemptError](err)
+			return ae.retryable
+		},
+		// The server's Retry-After wins over the client's own schedule.
+		Delay: func(n int, err error, _ time.Duration) time.Duration {
+			ae, _ := errors.AsType[attemptError](err)
+			if ae.wait > 0 {
+				return ae.wait
+			}
+			return c.backoff(n, ae.limited)
+		},
+		Sleep: c.sleep,
+	})
+	for {
 		resp, emitted, ae := c.attempt(ctx, wire, onDelta)
 		if ae.err == nil {
 			return resp, nil
 		}
-		if !ae.retryable || attempt >= c.cfg.MaxRetries {
-			if attempt > 0 {
-				return resp, fmt.Errorf("llm: giving up after %d attempts: %w", attempt+1, ae.err)
+		n, wait, ok := b.Next(ae)
+		if !ok {
+			if b.Retries() > 0 {
+				return resp, fmt.Errorf("llm: giving up after %d attempts: %w", b.Retries()+1, ae.err)
 			}
 			return resp, ae.err
-		}
-		wait := ae.wait
-		if wait <= 0 {
-			wait = c.backoff(attempt+1, ae.limited)
 		}
 		if emitted {
 			// The consumer drops what this attempt streamed; the next
@@ -196,12 +204,12 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(Delta)) (
 			onDelta(Delta{Restart: true})
 		}
 		if req.OnRetry != nil {
-			req.OnRetry(attempt+1, wait, ae.err)
+			req.OnRetry(n, wait, ae.err)
 		}
 		c.log.WarnContext(ctx, "llm call failed; retrying",
-			"model", wire.Model, "attempt", attempt+1, "max_retries", c.cfg.MaxRetries,
+			"model", wire.Model, "attempt", n, "max_retries", c.cfg.MaxRetries,
 			"wait", wait, "streamed", emitted, "err", ae.err)
-		if err := c.sleep(ctx, wait); err != nil {
+		if err := b.Sleep(ctx, wait); err != nil {
 			return nil, fmt.Errorf("llm: waiting to retry: %w", err)
 		}
 	}

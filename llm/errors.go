@@ -301,6 +301,10 @@ type attemptError struct {
 	limited   bool          // the server rate-limited the call (429)
 }
 
+// Error makes an attemptError the failure the retry policy decides about;
+// it reads as the underlying error.
+func (e attemptError) Error() string { return e.err.Error() }
+
 // classify turns the error of one attempt into an attemptError. ctx is the
 // call's context, attemptCtx the attempt's (whose cancellation cause tells
 // an idle stream from a timed-out one), c what the HTTP layer saw. Errors

@@ -27,6 +27,7 @@ type Bus struct {
 	queue     []*Delivery
 	later     []*Delivery // handed back with NakWithDelay, by due time
 	published []Published
+	msgIDs    map[string]bool // stream kind + msg id of the durable publishes stored
 	seq       uint64
 	naks      int
 }
@@ -37,6 +38,10 @@ type Published struct {
 	Data    []byte
 	MsgID   string
 	Durable bool // published with Publish (JetStream) rather than PublishCore
+	// Duplicate marks a durable publish whose MsgID the bus already had
+	// on that stream: acknowledged but not stored, as JetStream's
+	// de-duplication does (a core subscriber still sees it).
+	Duplicate bool
 }
 
 // Delivery is one inbound message handed to the runtime.
@@ -54,7 +59,7 @@ type Delivery struct {
 
 // NewBus returns a bus using the "chat" subject prefix.
 func NewBus() *Bus {
-	return &Bus{subj: bus.Subjects{Prefix: "chat"}, cond: make(chan struct{})}
+	return &Bus{subj: bus.Subjects{Prefix: "chat"}, cond: make(chan struct{}), msgIDs: make(map[string]bool)}
 }
 
 // Subjects returns the subject scheme in use.
@@ -172,6 +177,14 @@ func (b *Bus) PublishCore(subject string, data []byte) error {
 func (b *Bus) record(p Published) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if p.Durable && p.MsgID != "" {
+		// One de-duplication window per stream (in, out, dlq), like
+		// JetStream; the window's length is not modelled.
+		kind, _, _ := strings.Cut(strings.TrimPrefix(p.Subject, b.subj.Prefix+"."), ".")
+		key := kind + "\x00" + p.MsgID
+		p.Duplicate = b.msgIDs[key]
+		b.msgIDs[key] = true
+	}
 	b.published = append(b.published, p)
 	b.changed()
 	return nil

@@ -62,6 +62,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/retry"
 )
 
 // Consumer settings of [Client.ConsumeOutbound].
@@ -120,16 +121,10 @@ type Backoff func(attempt int) time.Duration
 
 // ExponentialBackoff returns a [Backoff] that waits first before the first
 // retry and doubles the wait on every further retry, up to limit. Both
-// should be positive; a limit below first is raised to first.
+// should be positive; a limit below first is raised to first. It is the
+// project's one exponential schedule ([retry.Exponential]).
 func ExponentialBackoff(first, limit time.Duration) Backoff {
-	limit = max(limit, first)
-	return func(attempt int) time.Duration {
-		d := first
-		for i := 1; i < attempt && d < limit; i++ {
-			d *= 2
-		}
-		return min(d, limit)
-	}
+	return Backoff(retry.Exponential(first, limit))
 }
 
 // Options configures a [Client]. Only Channel is required.

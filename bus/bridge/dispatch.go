@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/retry"
 )
 
 // item is one outbound message held by the dispatcher until it is
@@ -290,7 +291,8 @@ func (d *dispatcher) handle(ctx context.Context, cv *conv, it *item) bool {
 		d.done(cv, it, "already shown")
 		return true
 	}
-	for attempt := 1; ; attempt++ {
+	b := retry.New(retry.Policy{Schedule: retry.Schedule(d.c.opts.Backoff)})
+	for {
 		if ctx.Err() != nil {
 			return false
 		}
@@ -309,15 +311,11 @@ func (d *dispatcher) handle(ctx context.Context, cv *conv, it *item) bool {
 			d.done(cv, it, "failed permanently")
 			return true
 		}
-		wait := d.c.opts.Backoff(attempt)
+		attempt, wait, _ := b.Next(err)
 		d.log.Warn("outbound handler failed; retrying", "chat_id", it.out.ChatID, "thread_id", it.out.ThreadID,
 			"id", it.out.ID, "kind", it.out.Kind, "stream_seq", it.seq, "attempt", attempt, "retry_in", wait, "err", err)
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if b.Sleep(ctx, wait) != nil {
 			return false
-		case <-timer.C:
 		}
 		d.mu.Lock()
 		skip := superseded(cv.queue)

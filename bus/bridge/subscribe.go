@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/retry"
 )
 
 // subscribePending bounds the messages a core subscription buffers while
@@ -184,27 +185,19 @@ func (c *Client) decodeOutbound(data []byte, subject string) (bus.Outbound, erro
 // handleCore calls h until it succeeds (true), fails permanently or ctx
 // ends (false).
 func (c *Client) handleCore(ctx context.Context, h Handler, out bus.Outbound) bool {
-	for attempt := 1; ; attempt++ {
-		err := h(ctx, out)
-		if err == nil {
-			return true
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		if errors.Is(err, ErrPermanent) {
-			c.log.Error("outbound message failed permanently; dropping it", "chat_id", out.ChatID, "id", out.ID, "kind", out.Kind, "err", err)
-			return false
-		}
-		wait := c.opts.Backoff(attempt)
-		c.log.Warn("outbound handler failed; retrying", "chat_id", out.ChatID, "id", out.ID, "kind", out.Kind,
-			"attempt", attempt, "retry_in", wait, "err", err)
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return false
-		case <-timer.C:
-		}
+	err := retry.Do(ctx, retry.Policy{
+		Schedule:  retry.Schedule(c.opts.Backoff),
+		Retryable: func(err error) bool { return !errors.Is(err, ErrPermanent) },
+		OnRetry: func(attempt int, wait time.Duration, err error) {
+			c.log.Warn("outbound handler failed; retrying", "chat_id", out.ChatID, "id", out.ID, "kind", out.Kind,
+				"attempt", attempt, "retry_in", wait, "err", err)
+		},
+	}, func(ctx context.Context, _ int) error { return h(ctx, out) })
+	if err == nil {
+		return true
 	}
+	if ctx.Err() == nil && errors.Is(err, ErrPermanent) {
+		c.log.Error("outbound message failed permanently; dropping it", "chat_id", out.ChatID, "id", out.ID, "kind", out.Kind, "err", err)
+	}
+	return false
 }

@@ -1,6 +1,10 @@
 // Package bustest provides helpers for tests that talk to the bus: a real
 // nats-server with JetStream on a random local port, connections, a
-// collector of published messages, and an inbound publisher.
+// collector of published messages, and an inbound publisher; and
+// [RunSourcePublisher], the conformance suite of the agent runtime's bus
+// (agent.Source and agent.Publisher, restated here as [Source] and
+// [Publisher] since bus does not import agent) that both the NATS bus and
+// the in-memory agenttest.Bus pass.
 //
 // Every helper takes a testing.TB, fails the test (never panics) on error,
 // and registers its own cleanup. Helpers that fail the test must be called

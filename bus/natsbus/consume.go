@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/retry"
 )
 
 // Consumer settings of the agent runtime's durable consumer on the in stream.
@@ -227,30 +228,33 @@ func (b *Bus) ensureAfterReconnect(ctx context.Context) (missing bool) {
 // consumer (created or updated, never deleted: its acknowledgement state
 // is kept), retrying every recreateWait until it succeeds or ctx ends.
 func (b *Bus) recreate(ctx context.Context) (jetstream.Consumer, error) {
-	for {
+	var cons jetstream.Consumer
+	err := retry.Do(ctx, retry.Policy{
+		Schedule:  retry.Exponential(recreateWait, recreateWait), // a constant wait
+		Retryable: func(err error) bool { return !errors.Is(err, ErrClosed) },
+		OnRetry: func(_ int, wait time.Duration, err error) {
+			b.log.Warn("could not re-create the consumer; retrying", "stream", b.streams.In, "consumer", ConsumerName, "err", err, "retry_in", wait)
+		},
+	}, func(ctx context.Context, _ int) error {
 		if b.closed.Load() {
-			return nil, ErrClosed
+			return ErrClosed
 		}
 		err := b.ensureStreams(ctx)
 		if err == nil {
 			err = b.ensureBridgeConsumers(ctx, b.bridges)
 		}
-		var cons jetstream.Consumer
 		if err == nil {
 			cons, err = b.js.CreateOrUpdateConsumer(ctx, b.streams.In, ConsumerConfig(b.subj.Prefix))
 		}
-		if err == nil {
-			return cons, nil
-		}
-		if ctx.Err() == nil {
-			b.log.Warn("could not re-create the consumer; retrying", "stream", b.streams.In, "consumer", ConsumerName, "err", err, "retry_in", recreateWait)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(recreateWait):
-		}
+		return err
+	})
+	switch {
+	case err == nil:
+		return cons, nil
+	case errors.Is(err, ErrClosed):
+		return nil, ErrClosed
 	}
+	return nil, ctx.Err()
 }
 
 func (b *Bus) setupConsumer(ctx context.Context) (jetstream.Consumer, error) {

@@ -15,6 +15,7 @@ import (
 	slackapi "github.com/slack-go/slack"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/retry"
 )
 
 // Inbound context limits.
@@ -217,33 +218,36 @@ func (a *Adapter) process(ctx context.Context, env *envelope, ev *event) error {
 func (a *Adapter) publish(ctx context.Context, in bus.Inbound) error {
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
-	for attempt := 1; ; attempt++ {
+	rejected := func(err error) bool { return errors.Is(err, bus.ErrInvalid) || errors.Is(err, bus.ErrTooLarge) }
+	var last error
+	err := retry.Do(ctx, retry.Policy{
+		Schedule:  a.backoff,
+		Retryable: func(err error) bool { return !rejected(err) },
+		OnRetry: func(_ int, wait time.Duration, err error) {
+			a.setStatus(fmt.Errorf("slack: publishing to the bus: %w (retrying in %s)", err, wait))
+			a.log.Warn("publish inbound failed; retrying", "id", in.ID, "err", err, "retry_in", wait)
+		},
+		Sleep: a.sleep,
+	}, func(ctx context.Context, attempt int) error {
 		// An attempt in flight finishes even when the adapter stops, so
 		// that a message the stream stored is known to be published.
 		actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), publishAttemptTimeout)
-		err := a.bridge.PublishInbound(actx, in)
-		acancel()
-		if err == nil {
-			if attempt > 1 {
-				a.setStatus(nil)
-			}
-			a.log.Debug("published inbound message", "id", in.ID, "thread_id", in.ThreadID, "user_id", in.UserID)
-			return nil
+		defer acancel()
+		last = a.bridge.PublishInbound(actx, in)
+		if last == nil && attempt > 1 {
+			a.setStatus(nil)
 		}
-		if errors.Is(err, bus.ErrInvalid) || errors.Is(err, bus.ErrTooLarge) {
-			a.log.Error("dropping a message the bus would reject", "id", in.ID, "err", err)
-			return nil
-		}
-		if ctx.Err() != nil {
-			return err
-		}
-		wait := a.backoff(attempt)
-		a.setStatus(fmt.Errorf("slack: publishing to the bus: %w (retrying in %s)", err, wait))
-		a.log.Warn("publish inbound failed; retrying", "id", in.ID, "err", err, "retry_in", wait)
-		if a.sleep(ctx, wait) != nil {
-			return err
-		}
+		return last
+	})
+	switch {
+	case err == nil:
+		a.log.Debug("published inbound message", "id", in.ID, "thread_id", in.ThreadID, "user_id", in.UserID)
+		return nil
+	case rejected(err):
+		a.log.Error("dropping a message the bus would reject", "id", in.ID, "err", err)
+		return nil
 	}
+	return last // the publish error, also when the wait was cut short
 }
 
 // rememberThread records that the bot answers in a thread, so that

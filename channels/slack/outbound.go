@@ -16,6 +16,7 @@ import (
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bridge"
 	"github.com/switchboard-chat/switchboard/channels"
+	"github.com/switchboard-chat/switchboard/internal/retry"
 )
 
 // Outbound bookkeeping bounds.
@@ -416,7 +417,25 @@ func (a *Adapter) update(ctx context.Context, channel, ts, text string, wait boo
 // empty and a 429 as its *RateLimitedError.
 func (a *Adapter) call(ctx context.Context, channel string, wait bool, fn func() error) error {
 	lim := a.limiter(channel)
-	for attempt := 0; ; attempt++ {
+	mx := a.metrics()
+	waitOut := func(err error) bool {
+		_, ok := errors.AsType[*slackapi.RateLimitedError](err)
+		return ok && wait
+	}
+	err := retry.Do(ctx, retry.Policy{
+		Attempts:  maxRateLimitWaits + 1,
+		Retryable: waitOut,
+		Delay: func(_ int, err error, _ time.Duration) time.Duration {
+			rl, _ := errors.AsType[*slackapi.RateLimitedError](err)
+			return rl.RetryAfter
+		},
+		OnRetry: func(_ int, d time.Duration, _ error) {
+			mx.PlatformSend(ChannelName, "retry")
+			mx.RateLimitWait(ChannelName)
+			a.log.Warn("Slack rate limit; waiting", "channel_id", channel, "retry_after", d)
+		},
+		Sleep: a.sleep,
+	}, func(ctx context.Context, attempt int) error {
 		if !wait {
 			if !lim.Allow() {
 				return errThrottled
@@ -425,23 +444,20 @@ func (a *Adapter) call(ctx context.Context, channel string, wait bool, fn func()
 			return err
 		}
 		err := fn()
-		mx := a.metrics()
-		rl, ok := errors.AsType[*slackapi.RateLimitedError](err)
-		if !ok || !wait || attempt >= maxRateLimitWaits {
-			if err != nil {
-				mx.PlatformSend(ChannelName, "failed")
-			} else {
-				mx.PlatformSend(ChannelName, "ok")
-			}
-			return err
+		switch {
+		case waitOut(err) && attempt <= maxRateLimitWaits:
+			// waited out and tried again (counted as "retry")
+		case err != nil:
+			mx.PlatformSend(ChannelName, "failed")
+		default:
+			mx.PlatformSend(ChannelName, "ok")
 		}
-		mx.PlatformSend(ChannelName, "retry")
-		mx.RateLimitWait(ChannelName)
-		a.log.Warn("Slack rate limit; waiting", "channel_id", channel, "retry_after", rl.RetryAfter)
-		if err := a.sleep(ctx, rl.RetryAfter); err != nil {
-			return err
-		}
+		return err
+	})
+	if waitOut(err) && ctx.Err() != nil {
+		return ctx.Err() // cut short while waiting out a 429
 	}
+	return err
 }
 
 // metrics returns the configured measurements sink, or a discarding one.

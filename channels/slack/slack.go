@@ -56,6 +56,7 @@ import (
 	"github.com/switchboard-chat/switchboard/bus/bridge"
 	"github.com/switchboard-chat/switchboard/bus/bridge/boltseen"
 	"github.com/switchboard-chat/switchboard/channels"
+	"github.com/switchboard-chat/switchboard/internal/retry"
 )
 
 // ChannelName is the adapter's channel name, the <channel> token of its
@@ -162,7 +163,7 @@ type Adapter struct {
 	sleep        func(ctx context.Context, d time.Duration) error
 	rate         rate.Limit
 	burst        int
-	backoff      bridge.Backoff      // auth.test and inbound publish retries
+	backoff      retry.Schedule      // auth.test and inbound publish retries
 	kitBackoff   bridge.Backoff      // outbound handler retries (nil: the kit's)
 	pingInterval time.Duration       // socket mode; 0 keeps slack-go's
 	onListen     func(addr net.Addr) // http mode: the server is listening
@@ -206,7 +207,7 @@ func New(cfg Config, opts Options) (*Adapter, error) {
 		sleep:     channels.Sleep,
 		rate:      postRate,
 		burst:     postBurst,
-		backoff:   bridge.ExponentialBackoff(time.Second, 30*time.Second),
+		backoff:   retry.Exponential(time.Second, 30*time.Second),
 	}
 	a.out = newOutbound(a)
 	a.statusOK.Store(true)
@@ -306,30 +307,36 @@ func seenTTL(outRetention time.Duration) time.Duration {
 // authTest identifies the bot, retrying transient failures. A rejected
 // token is returned as an error.
 func (a *Adapter) authTest(ctx context.Context) (identity, error) {
-	for attempt := 1; ; attempt++ {
-		res, err := a.api.AuthTestContext(ctx)
-		if err == nil {
-			if res.UserID == "" {
-				return identity{}, errors.New("slack: auth.test: the token has no bot user (use the bot user OAuth token, xoxb-...)")
+	var res *slackapi.AuthTestResponse
+	err := retry.Do(ctx, retry.Policy{
+		Schedule:  a.backoff,
+		Retryable: func(err error) bool { return !fatalAuth(err) },
+		Delay: func(_ int, err error, scheduled time.Duration) time.Duration {
+			if rl, ok := errors.AsType[*slackapi.RateLimitedError](err); ok {
+				return max(scheduled, rl.RetryAfter)
 			}
-			return identity{UserID: res.UserID, BotID: res.BotID, TeamID: res.TeamID}, nil
-		}
-		if ctx.Err() != nil {
-			return identity{}, ctx.Err()
-		}
-		if fatalAuth(err) {
-			return identity{}, fmt.Errorf("slack: auth.test: channels.slack.bot_token rejected: %w", err)
-		}
-		wait := a.backoff(attempt)
-		if rl, ok := errors.AsType[*slackapi.RateLimitedError](err); ok {
-			wait = max(wait, rl.RetryAfter)
-		}
-		a.setStatus(fmt.Errorf("slack: auth.test: %w (retrying in %s)", err, wait))
-		a.log.Warn("auth.test failed; retrying", "err", err, "retry_in", wait)
-		if err := a.sleep(ctx, wait); err != nil {
-			return identity{}, err
-		}
+			return scheduled
+		},
+		OnRetry: func(_ int, wait time.Duration, err error) {
+			a.setStatus(fmt.Errorf("slack: auth.test: %w (retrying in %s)", err, wait))
+			a.log.Warn("auth.test failed; retrying", "err", err, "retry_in", wait)
+		},
+		Sleep: a.sleep,
+	}, func(ctx context.Context, _ int) (err error) {
+		res, err = a.api.AuthTestContext(ctx)
+		return err
+	})
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return identity{}, ctx.Err()
+	default: // only a rejected token is not retried
+		return identity{}, fmt.Errorf("slack: auth.test: channels.slack.bot_token rejected: %w", err)
 	}
+	if res.UserID == "" {
+		return identity{}, errors.New("slack: auth.test: the token has no bot user (use the bot user OAuth token, xoxb-...)")
+	}
+	return identity{UserID: res.UserID, BotID: res.BotID, TeamID: res.TeamID}, nil
 }
 
 // fatalAuth reports whether err says the token itself is bad.

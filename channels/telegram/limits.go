@@ -104,15 +104,3 @@ func ctxErr(ctx context.Context, err error) error {
 	}
 	return err
 }
-
-// backoff returns the capped exponential wait before retry number n
-// (1-based): first, doubled each time, at most limit.
-func backoff(first, limit time.Duration) func(n int) time.Duration {
-	return func(n int) time.Duration {
-		d := first
-		for i := 1; i < n && d < limit; i++ {
-			d *= 2
-		}
-		return min(d, limit)
-	}
-}

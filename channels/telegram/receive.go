@@ -16,7 +16,7 @@ import (
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/switchboard-chat/switchboard/channels"
+	"github.com/switchboard-chat/switchboard/internal/retry"
 )
 
 // Receiving bounds.
@@ -63,7 +63,7 @@ func (a *Adapter) poll(ctx context.Context, state *bolt.DB) error {
 	a.status.set(nil)
 	a.log.Info("receiving Telegram updates by long polling", "offset", offset)
 
-	failures := 0
+	b := retry.New(a.policy(nil))
 	var conflictSince time.Time
 	for {
 		if ctx.Err() != nil {
@@ -76,7 +76,8 @@ func (a *Adapter) poll(ctx context.Context, state *bolt.DB) error {
 			return nil
 		}
 		if err == nil {
-			failures, conflictSince = 0, time.Time{}
+			b.Reset()
+			conflictSince = time.Time{}
 			a.status.set(nil)
 			offset, err = a.batch(ctx, store, offset, raw)
 			if err == nil {
@@ -100,10 +101,9 @@ func (a *Adapter) poll(ctx context.Context, state *bolt.DB) error {
 			a.log.Error("another process is polling Telegram with this bot token (409 Conflict); only one instance may run per token",
 				"err", err)
 		}
-		failures++
-		wait := a.wait(err, failures)
+		_, wait, _ := b.Next(err)
 		a.report(err, wait)
-		if err := channels.Sleep(ctx, wait); err != nil {
+		if b.Sleep(ctx, wait) != nil {
 			return nil
 		}
 	}
@@ -148,28 +148,19 @@ func (a *Adapter) batch(ctx context.Context, store *offsets, offset int, raw []j
 // backoff; other failures and a rejected token are returned. It returns
 // nil when ctx ends.
 func (a *Adapter) retry(ctx context.Context, f func(context.Context) error) error {
-	for attempt := 1; ; attempt++ {
+	retryable := func(err error) bool { return !errors.Is(err, ErrUnauthorized) && transient(err) }
+	err := retry.Do(ctx, a.policy(retryable), func(ctx context.Context, _ int) error {
 		cctx, cancel := context.WithTimeout(ctx, a.tune.sendTimeout)
-		err := f(cctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		if errors.Is(err, ErrUnauthorized) {
-			return fmt.Errorf("%w: %w", ErrUnauthorized, err)
-		}
-		if !transient(err) {
-			return err // names the method already
-		}
-		wait := a.wait(err, attempt)
-		a.report(err, wait)
-		if err := channels.Sleep(ctx, wait); err != nil {
-			return nil
-		}
+		defer cancel()
+		return f(cctx)
+	})
+	switch {
+	case err == nil, ctx.Err() != nil:
+		return nil
+	case errors.Is(err, ErrUnauthorized):
+		return fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}
+	return err // names the method already
 }
 
 // serveWebhook registers the webhook (setWebhook with the secret token)

@@ -56,6 +56,7 @@ import (
 	"github.com/switchboard-chat/switchboard/bus/bridge"
 	"github.com/switchboard-chat/switchboard/bus/bridge/boltseen"
 	"github.com/switchboard-chat/switchboard/channels"
+	"github.com/switchboard-chat/switchboard/internal/retry"
 )
 
 // Name is the channel instance name, the <channel> token of its subjects.
@@ -134,20 +135,20 @@ type Adapter struct {
 // tuning holds the adapter's clocks and bounds; tests shorten them.
 type tuning struct {
 	now           func() time.Time
-	retryBackoff  func(n int) time.Duration // network and 5xx retries
-	conflictGrace time.Duration             // 409s tolerated before Run fails
-	typingEvery   time.Duration             // typing refresh
-	typingMax     time.Duration             // a turn's typing ends after this at the latest
-	sendTimeout   time.Duration             // bound on one best-effort send (welcome, denial)
-	deniedEvery   time.Duration             // a denied user is told again after this
-	webhookReady  func(net.Addr)            // called once the webhook listens
-	maxImage      int64                     // effective image cap (config, bus payload)
+	retryBackoff  retry.Schedule // network and 5xx retries
+	conflictGrace time.Duration  // 409s tolerated before Run fails
+	typingEvery   time.Duration  // typing refresh
+	typingMax     time.Duration  // a turn's typing ends after this at the latest
+	sendTimeout   time.Duration  // bound on one best-effort send (welcome, denial)
+	deniedEvery   time.Duration  // a denied user is told again after this
+	webhookReady  func(net.Addr) // called once the webhook listens
+	maxImage      int64          // effective image cap (config, bus payload)
 }
 
 func defaultTuning() tuning {
 	return tuning{
 		now:           time.Now,
-		retryBackoff:  backoff(time.Second, time.Minute),
+		retryBackoff:  retry.Exponential(time.Second, time.Minute),
 		conflictGrace: 2 * time.Minute,
 		typingEvery:   4 * time.Second,
 		typingMax:     10 * time.Minute,
@@ -334,41 +335,53 @@ func (a *Adapter) imageCap() int64 {
 // connect calls getMe until it succeeds, retrying transient failures with
 // backoff; a rejected token is returned at once.
 func (a *Adapter) connect(ctx context.Context) error {
-	for attempt := 1; ; attempt++ {
+	retryable := func(err error) bool {
+		if errors.Is(err, ErrUnauthorized) {
+			return false
+		}
+		_, api := asAPI(err)
+		return !api || transient(err)
+	}
+	err := retry.Do(ctx, a.policy(retryable), func(ctx context.Context, _ int) error {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		me, err := a.api.getMe(cctx)
 		cancel()
-		if err == nil {
-			a.self = me
-			a.selfName = "@" + lower(me.UserName)
-			a.log.Info("connected to Telegram", "bot", "@"+me.UserName, "bot_id", me.ID, "mode", a.cfg.Mode,
-				"privacy_mode", !me.CanReadAllGroupMessages)
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if errors.Is(err, ErrUnauthorized) {
-			return fmt.Errorf("%w: %w", ErrUnauthorized, err)
-		}
-		if _, ok := asAPI(err); ok && !transient(err) {
-			return err // names getMe already
-		}
-		wait := a.wait(err, attempt)
-		a.report(err, wait)
-		if err := channels.Sleep(ctx, wait); err != nil {
+		if err != nil {
 			return err
 		}
+		a.self = me
+		a.selfName = "@" + lower(me.UserName)
+		a.log.Info("connected to Telegram", "bot", "@"+me.UserName, "bot_id", me.ID, "mode", a.cfg.Mode,
+			"privacy_mode", !me.CanReadAllGroupMessages)
+		return nil
+	})
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, ErrUnauthorized):
+		return fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}
+	return err // names getMe already
 }
 
-// wait returns how long to wait before retry number attempt after err:
-// a 429's retry_after, else the capped exponential backoff.
-func (a *Adapter) wait(err error, attempt int) time.Duration {
-	if ra, ok := retryAfter(err); ok {
-		return max(ra, a.api.unit)
+// policy is how the adapter retries a Bot API request: the capped
+// exponential backoff, or a 429's retry_after (at least one unit) when
+// Telegram sent one; each retry is reported. retryable (nil: every error)
+// tells the failures worth another attempt.
+func (a *Adapter) policy(retryable func(error) bool) retry.Policy {
+	return retry.Policy{
+		Schedule:  a.tune.retryBackoff,
+		Retryable: retryable,
+		Delay: func(_ int, err error, scheduled time.Duration) time.Duration {
+			if ra, ok := retryAfter(err); ok {
+				return max(ra, a.api.unit)
+			}
+			return scheduled
+		},
+		OnRetry: func(_ int, wait time.Duration, err error) { a.report(err, wait) },
 	}
-	return a.tune.retryBackoff(attempt)
 }
 
 // report logs a retried failure and marks the channel unhealthy.

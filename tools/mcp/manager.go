@@ -38,6 +38,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/switchboard-chat/switchboard/internal/retry"
 	"github.com/switchboard-chat/switchboard/tools"
 )
 
@@ -169,24 +170,22 @@ func (m *Manager) Run(ctx context.Context) error {
 // serve keeps one server connected.
 func (m *Manager) serve(ctx context.Context, name string, sc ServerConfig) {
 	log := m.log.With("server", name)
-	wait := m.backoff
-	for ctx.Err() == nil {
+	// The schedule is not reset when a session ends after a while: a
+	// server that keeps dropping is tried less and less often.
+	_ = retry.Do(ctx, retry.Policy{
+		Schedule: retry.Exponential(m.backoff, maxBackoff),
+		OnRetry: func(_ int, wait time.Duration, err error) {
+			m.update(name, func(st *ServerStatus) { st.Ready, st.Tools, st.Error = false, 0, err.Error() }, nil, true)
+			log.Warn("mcp server unavailable; retrying", "err", err, "retry_in", wait)
+		},
+	}, func(ctx context.Context, _ int) error {
 		m.update(name, func(st *ServerStatus) { st.Attempts++ }, nil, false)
 		err := m.session(ctx, log, name, sc)
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
-		m.update(name, func(st *ServerStatus) { st.Ready, st.Tools, st.Error = false, 0, err.Error() }, nil, true)
-		log.Warn("mcp server unavailable; retrying", "err", err, "retry_in", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		wait = min(wait*2, maxBackoff)
-	}
+		return err
+	})
 }
 
 // session connects once and serves the session until it ends (the error

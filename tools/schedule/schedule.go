@@ -44,10 +44,16 @@ import (
 
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/internal/failpoint"
+	"github.com/switchboard-chat/switchboard/internal/retry"
 	"github.com/switchboard-chat/switchboard/tools"
 )
 
 var bucketTasks = []byte("schedule_tasks")
+
+// retrySchedule is the wait before the n-th retry of a task's failed
+// publish: retryFirst doubling up to retryMax. The scheduler loop does not
+// sleep per task; the wait sets the task's earliest retry time.
+var retrySchedule = retry.Exponential(retryFirst, retryMax)
 
 // Timing of the scheduler loop.
 const (
@@ -270,7 +276,7 @@ func (s *Scheduler) fire(ctx context.Context, t *Task, now time.Time) {
 	if err != nil {
 		s.mu.Lock()
 		s.fails[t.ID]++
-		wait := min(retryFirst<<min(s.fails[t.ID]-1, 10), retryMax)
+		wait := retrySchedule(s.fails[t.ID])
 		s.retry[t.ID] = now.Add(wait)
 		s.mu.Unlock()
 		if ctx.Err() == nil {
