@@ -21,6 +21,7 @@ import (
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/memory/boltstore"
+	"github.com/switchboard-chat/switchboard/memory/longterm"
 	"github.com/switchboard-chat/switchboard/metrics"
 	"github.com/switchboard-chat/switchboard/tools"
 	"github.com/switchboard-chat/switchboard/workspace"
@@ -116,12 +117,13 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 			"Set OPENAI_API_KEY (and OPENAI_BASE_URL / OPENAI_MODEL for other OpenAI-compatible servers such as Ollama or vLLM), " +
 			"or edit the llm section of the config file")
 	}
-	mem, err := buildMemory(cfg, ws, model, log)
+	mem, err := longterm.Open(longterm.Options{Config: cfg.Memory, Root: ws.Root(), DataDir: cfg.DataDir,
+		LLMBaseURL: cfg.LLM.BaseURL, LLMAPIKey: cfg.LLM.APIKey, Model: model, Log: log})
 	if err != nil {
 		return err
 	}
-	defer mem.close()
-	built, runTools, err := buildTools(cfg, ws, b, log, mem.privacy(), mem.tools...)
+	defer mem.Close()
+	built, runTools, err := buildTools(cfg, ws, b, log, privacy{guard: mem.Guard, private: mem.Private}, mem.Tools()...)
 	if err != nil {
 		return err
 	}
@@ -136,7 +138,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		_ = g.Wait()
 	}()
 	g.Go(func() error { return runTools(toolsCtx) })
-	g.Go(func() error { return mem.run(toolsCtx) })
+	g.Go(func() error { return mem.Run(toolsCtx) })
 	g.Go(func() error {
 		return boltstore.Pruner{Store: bolt, Retention: cfg.Memory.RetentionPeriod(), Log: log}.Run(gctx)
 	})
