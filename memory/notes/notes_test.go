@@ -89,7 +89,7 @@ func TestComponent(t *testing.T) {
 		seen[c] = id
 	}
 	if c, _ := notes.Component("a.b"); c != "a%2Eb" {
-		t.Errorf(`Component("a.b") = %q, want the bus token encoding a%%2Eb`, c)
+		t.Errorf(`Component("a.b") = %q, want the %%XX file-name encoding a%%2Eb`, c)
 	}
 	if _, err := notes.Component(""); !errors.Is(err, notes.ErrScope) {
 		t.Errorf(`Component("") = %v, want ErrScope`, err)
