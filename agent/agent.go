@@ -16,6 +16,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/llm"
+	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/tools"
 	"github.com/switchboard-chat/switchboard/workspace"
 )
@@ -91,38 +92,16 @@ func (nopObserver) Redelivered(string)                            {}
 func (nopObserver) DuplicateSuppressed(string)                    {}
 func (nopObserver) Collected(string, int)                         {}
 
-// Speaker identifies who a turn is for, for scoped memory.
-type Speaker struct {
-	Channel, ChatID, UserID string
-	IsGroup                 bool
-}
-
-// MemorySection is one long-term memory file shown in the system prompt.
-type MemorySection struct {
-	Title     string // e.g. "Private notes about the speaker"
-	Content   string
-	Truncated bool
-}
-
-// MemoryView is the long-term memory a turn sees.
-type MemoryView struct {
-	// Sections replace the workspace MEMORY.md in the prompt.
-	Sections []MemorySection
-	// User, when not empty, replaces the workspace USER.md.
-	User string
-	// Rules tell the model how to recall and when to write.
-	Rules string
-}
-
 // Memory is scoped long-term memory (memory/notes in main): one user's
 // private memory never reaches another user's turn. Safe for concurrent
 // use.
 type Memory interface {
-	View(s Speaker) (MemoryView, error)
+	// View returns what the speaker may see of long-term memory.
+	View(s bus.Speaker) (memory.View, error)
 	// NoteSummary records a summary (of trimmed context, or of a
 	// conversation that went quiet) under a heading in the daily notes of
 	// the chat (groups) or the user (private chats).
-	NoteSummary(s Speaker, at time.Time, heading, text string) error
+	NoteSummary(s bus.Speaker, at time.Time, heading, text string) error
 }
 
 // PromptFiles supplies the workspace's prompt files, re-read only when they

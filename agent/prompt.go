@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/tools"
 	"github.com/switchboard-chat/switchboard/workspace"
 )
@@ -22,7 +23,7 @@ type turnFacts struct {
 // buildPrompt assembles the system prompt: tool rules, workspace rules, the
 // prompt files, then runtime facts (DESIGN.md §6.1). It is rebuilt for every
 // turn; the workspace's stat cache makes unchanged files free.
-func buildPrompt(ws PromptFiles, toolList []tools.Tool, summary, skills string, mem *MemoryView, f turnFacts) (string, error) {
+func buildPrompt(ws PromptFiles, toolList []tools.Tool, summary, skills string, mem *memory.View, f turnFacts) (string, error) {
 	var b strings.Builder
 	b.Grow(4096)
 	b.WriteString("You are Switchboard, an assistant people reach through chat apps. Your persona, the user and the rules are described below.\n\n")

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/tools"
 	"github.com/switchboard-chat/switchboard/workspace"
 )
@@ -55,9 +56,9 @@ func TestBuildPromptWithMemorySkillsAndSummary(t *testing.T) {
 		{Name: "USER.md", Content: "Workspace-wide user notes."},
 		{Name: "MEMORY.md", Content: "shared file shown through the view instead"},
 	}}
-	mem := &MemoryView{
+	mem := &memory.View{
 		User:     "Ann prefers short answers.",
-		Sections: []MemorySection{{Title: "Shared notes", Content: "- office closes at 6"}, {Title: "Private notes about the speaker", Content: "- Ann's cat is Mia", Truncated: true}},
+		Sections: []memory.Section{{Title: "Shared notes", Content: "- office closes at 6"}, {Title: "Private notes about the speaker", Content: "- Ann's cat is Mia", Truncated: true}},
 		Rules:    "## Memory\n\nUse memory_search before answering about the past.",
 	}
 	now := time.Date(2026, 11, 30, 9, 5, 0, 0, time.UTC)

@@ -50,7 +50,7 @@ type session struct {
 
 	loaded  bool
 	history []memory.Message // context cache, oldest first
-	speaker Speaker          // who the last turn was for (session goroutine only)
+	speaker bus.Speaker      // who the last turn was for (session goroutine only)
 	// unnoted are the turns answered since the conversation was last
 	// written to the daily notes (session goroutine only).
 	unnoted []memory.Message
@@ -362,8 +362,8 @@ func (s *session) turn(ctx context.Context, batch []item) {
 	facts := turnFacts{Now: now, Model: m.opt.ModelName, Channel: in.Channel, IsGroup: in.IsGroup, Speaker: SpeakerLabel(in.Channel, in.UserID, in.UserName)}
 
 	// Scoped long-term memory for this speaker.
-	var mem *MemoryView
-	speaker := Speaker{Channel: in.Channel, ChatID: in.ChatID, UserID: in.UserID, IsGroup: in.IsGroup}
+	var mem *memory.View
+	speaker := in.Speaker()
 	if m.deps.Memory != nil {
 		if v, err := m.deps.Memory.View(speaker); err != nil {
 			log.Warn("long-term memory unavailable for this turn", "err", err)
@@ -406,7 +406,7 @@ func (s *session) turn(ctx context.Context, batch []item) {
 		History:   kept,
 		User:      users[0],
 		More:      users[1:],
-		Session:   tools.Session{Key: s.key, Channel: in.Channel, ChatID: in.ChatID, ThreadID: in.ThreadID, UserID: in.UserID, IsGroup: in.IsGroup},
+		Session:   tools.Session{Key: s.key, Speaker: in.Speaker()},
 		Proactive: in.Meta["scheduled_task"] != "",
 		Sink:      sink,
 		Steer:     s,

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 	"github.com/switchboard-chat/switchboard/memory"
@@ -135,8 +136,8 @@ type fakeMemory struct {
 	notes chan string
 }
 
-func (f fakeMemory) View(Speaker) (MemoryView, error) { return MemoryView{}, nil }
-func (f fakeMemory) NoteSummary(s Speaker, _ time.Time, heading, text string) error {
+func (f fakeMemory) View(bus.Speaker) (memory.View, error) { return memory.View{}, nil }
+func (f fakeMemory) NoteSummary(s bus.Speaker, _ time.Time, heading, text string) error {
 	f.notes <- s.UserID + "|" + heading + "|" + text
 	return nil
 }

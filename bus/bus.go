@@ -77,13 +77,7 @@ type Outbound struct {
 
 // SessionKey returns the session an inbound message belongs to:
 // "<channel>/<chat_id>" plus "/<thread_id>" when set (DESIGN.md §5).
-func (in *Inbound) SessionKey() string {
-	k := in.Channel + "/" + in.ChatID
-	if in.ThreadID != "" {
-		k += "/" + in.ThreadID
-	}
-	return k
-}
+func (in *Inbound) SessionKey() string { return in.Speaker().SessionKey() }
 
 // DedupKey is the de-duplication key of an inbound message, "<channel>:<id>",
 // the same string used as its Nats-Msg-Id header.

@@ -2,6 +2,10 @@
 // made of content blocks (DESIGN.md §5), turn records committed atomically with
 // their de-duplication receipt, and the Store contract. The bbolt
 // implementation lives in [github.com/switchboard-chat/switchboard/memory/boltstore].
+//
+// It also names what long-term memory shows a turn ([View]); the facade
+// that builds it from the notes, their search index and the memory tools
+// is [github.com/switchboard-chat/switchboard/memory/longterm].
 package memory
 
 import (

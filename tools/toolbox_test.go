@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/tools"
 )
 
@@ -191,11 +192,11 @@ func TestSessionThread(t *testing.T) {
 		s    tools.Session
 		want string
 	}{
-		{tools.Session{Key: "slack/C1/171.2", Channel: "slack", ChatID: "C1"}, "171.2"},
-		{tools.Session{Key: "slack/C1", Channel: "slack", ChatID: "C1"}, ""},
-		{tools.Session{Key: "x/a/b/c", Channel: "x", ChatID: "a/b"}, "c"},
-		{tools.Session{Key: "x/a/b", Channel: "x", ChatID: "a/b"}, ""},
-		{tools.Session{Key: "x/a/b", Channel: "x", ChatID: "a", ThreadID: "t"}, "t"},
+		{tools.Session{Key: "slack/C1/171.2", Speaker: bus.Speaker{Channel: "slack", ChatID: "C1"}}, "171.2"},
+		{tools.Session{Key: "slack/C1", Speaker: bus.Speaker{Channel: "slack", ChatID: "C1"}}, ""},
+		{tools.Session{Key: "x/a/b/c", Speaker: bus.Speaker{Channel: "x", ChatID: "a/b"}}, "c"},
+		{tools.Session{Key: "x/a/b", Speaker: bus.Speaker{Channel: "x", ChatID: "a/b"}}, ""},
+		{tools.Session{Key: "x/a/b", Speaker: bus.Speaker{Channel: "x", ChatID: "a", ThreadID: "t"}}, "t"},
 		{tools.Session{Key: "x/a/b"}, ""},
 	}
 	for _, tt := range tests {
@@ -220,11 +221,11 @@ func TestUserAllowed(t *testing.T) {
 		s    tools.Session
 		want bool
 	}{
-		{tools.Session{Channel: "telegram", UserID: "42"}, true},
-		{tools.Session{Channel: "telegram", UserID: "43"}, false},
-		{tools.Session{Channel: "slack", UserID: "42"}, false},
-		{tools.Session{Channel: "console", UserID: "anyone"}, true},
-		{tools.Session{Channel: "console"}, false},
+		{tools.Session{Speaker: bus.Speaker{Channel: "telegram", UserID: "42"}}, true},
+		{tools.Session{Speaker: bus.Speaker{Channel: "telegram", UserID: "43"}}, false},
+		{tools.Session{Speaker: bus.Speaker{Channel: "slack", UserID: "42"}}, false},
+		{tools.Session{Speaker: bus.Speaker{Channel: "console", UserID: "anyone"}}, true},
+		{tools.Session{Speaker: bus.Speaker{Channel: "console"}}, false},
 	}
 	for _, tt := range tests {
 		if got := tools.UserAllowed(allow, tt.s); got != tt.want {

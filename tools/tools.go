@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+
+	"github.com/switchboard-chat/switchboard/bus"
 )
 
 // Permission classes of a tool.
@@ -19,24 +21,22 @@ const (
 	PermMessage = "message"
 )
 
-// Session identifies who a tool call runs for. Tools take it from the Call,
-// never from globals.
+// Session identifies who a tool call runs for: the speaker (channel, chat,
+// thread, user, is_group — [bus.Speaker], declared once for every layer)
+// and the agent's session key. Tools take it from the Call, never from
+// their arguments. A Session with an empty Speaker runs for no chat member
+// (e.g. a test or a call of no chat); tools that act for "the user" must
+// refuse it (bus.Speaker.Validate). IsGroup reports that the chat has more
+// than one human: tools that act on "the user's own chats" treat a group
+// chat as nobody's.
 type Session struct {
-	Key     string // session key "<channel>/<chat>[/<thread>]"
-	Channel string
-	ChatID  string
-	UserID  string
-	// ThreadID is the thread of the chat, empty for none. When the runtime
-	// leaves it empty, [Session.Thread] derives it from Key.
-	ThreadID string
-	// IsGroup reports that the chat has more than one human (the inbound
-	// envelope's is_group). Tools that act on "the user's own chats" treat
-	// a group chat as nobody's.
-	IsGroup bool
+	Key string // session key "<channel>/<chat>[/<thread>]"
+	bus.Speaker
 }
 
 // Thread returns the session's thread id: ThreadID when set, else what Key
-// holds after "<channel>/<chat>/", else "".
+// holds after "<channel>/<chat>/" (a runtime that left ThreadID empty),
+// else "".
 func (s Session) Thread() string {
 	if s.ThreadID != "" {
 		return s.ThreadID

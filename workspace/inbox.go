@@ -4,9 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
-
-	"github.com/switchboard-chat/switchboard/bus"
 )
 
 // InboxDir is the workspace folder chat adapters save received files in,
@@ -17,17 +16,21 @@ const InboxDir = "inbox"
 // maxComponent is the longest encoded id [Component] uses as is.
 const maxComponent = 128
 
-// Component turns an id into one safe path component: [bus.EncodeToken]
-// (every byte outside [A-Za-z0-9_-] as %XX, so "." and "/" cannot climb
-// or nest), and an encoding longer than 128 bytes is cut to its first 80
-// bytes plus "~" and 32 hex digits of the id's SHA-256. Distinct ids give
-// distinct components. It is the encoding of the memory folders too
-// (memory/notes.Component). An empty id is an error.
+// Component turns an id into one safe path component: every byte outside
+// [A-Za-z0-9_-] is written as %XX with upper-case hex (so "." and "/"
+// cannot climb or nest: "a.b" is "a%2Eb", "user@host" is "user%40host",
+// "é" is "%C3%A9"), and an encoding longer than 128 bytes is cut to its
+// first 80 bytes plus "~" and 32 hex digits of the id's SHA-256. Distinct
+// ids give distinct components. It is the file-name codec of the inbox
+// folders and of the memory folders (memory/notes.Component), and it is
+// the workspace's own: the names are on disk, so they must not change when
+// the bus's subject token encoding (which happens to escape the same
+// bytes today) does. An empty id is an error.
 func Component(id string) (string, error) {
 	if id == "" {
 		return "", errors.New("workspace: empty id")
 	}
-	enc := bus.EncodeToken(id)
+	enc := escapeName(id)
 	if len(enc) <= maxComponent {
 		return enc, nil
 	}
@@ -38,6 +41,24 @@ func Component(id string) (string, error) {
 	}
 	sum := sha256.Sum256([]byte(id))
 	return enc[:cut] + "~" + hex.EncodeToString(sum[:16]), nil
+}
+
+// nameSafe reports whether c stands for itself in a [Component].
+func nameSafe(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-'
+}
+
+// escapeName writes every byte of id outside [A-Za-z0-9_-] as %XX.
+func escapeName(id string) string {
+	var b strings.Builder
+	for i := range len(id) {
+		if c := id[i]; nameSafe(c) {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
 }
 
 // InboxFolder returns the inbox folder of a chat, relative to the

@@ -21,6 +21,7 @@ import (
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/memory/boltstore"
+	"github.com/switchboard-chat/switchboard/memory/longterm"
 	"github.com/switchboard-chat/switchboard/metrics"
 	"github.com/switchboard-chat/switchboard/tools"
 	"github.com/switchboard-chat/switchboard/workspace"
@@ -92,7 +93,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return err
 	}
 	defer bolt.Close()
-	store := measuredStore{Store: bolt, m: mx, fails: &memory.FailureLog{Log: log}, fault: testStoreFault}
+	store := metrics.Store{Store: bolt, M: mx, Fails: &memory.FailureLog{Log: log}, Fault: testStoreFault}
 	adm.SetReady(compStore, nil)
 
 	busCfg, err := withOperatorCredential(cfg, log)
@@ -116,12 +117,13 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 			"Set OPENAI_API_KEY (and OPENAI_BASE_URL / OPENAI_MODEL for other OpenAI-compatible servers such as Ollama or vLLM), " +
 			"or edit the llm section of the config file")
 	}
-	mem, err := buildMemory(cfg, ws, model, log)
+	mem, err := longterm.Open(longterm.Options{Config: cfg.Memory, Root: ws.Root(), DataDir: cfg.DataDir,
+		LLMBaseURL: cfg.LLM.BaseURL, LLMAPIKey: cfg.LLM.APIKey, Model: model, Log: log})
 	if err != nil {
 		return err
 	}
-	defer mem.close()
-	built, runTools, err := buildTools(cfg, ws, b, log, mem.privacy(), mem.tools...)
+	defer mem.Close()
+	built, runTools, err := buildTools(cfg, ws, b, log, privacy{guard: mem.Guard, private: mem.Private}, mem.Tools()...)
 	if err != nil {
 		return err
 	}
@@ -136,7 +138,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		_ = g.Wait()
 	}()
 	g.Go(func() error { return runTools(toolsCtx) })
-	g.Go(func() error { return mem.run(toolsCtx) })
+	g.Go(func() error { return mem.Run(toolsCtx) })
 	g.Go(func() error {
 		return boltstore.Pruner{Store: bolt, Retention: cfg.Memory.RetentionPeriod(), Log: log}.Run(gctx)
 	})
@@ -183,58 +185,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	return nil
 }
 
-// measuredStore times history commits and reports store failures (counted,
-// logged once per interval); embedding keeps the store's other
-// capabilities (compaction, summaries) visible to the agent.
-type measuredStore struct {
-	*boltstore.Store
-	m     *metrics.Metrics
-	fails *memory.FailureLog
-	fault func(op string) error // testStoreFault
-}
-
 // testStoreFault is nil in the daemon. A test of package main sets it
 // before serve to make history writes fail as a failing disk would (the
-// write does not happen).
+// write does not happen; metrics.Store.Fault).
 var testStoreFault func(op string) error
-
-// CommitTurn implements memory.Store.
-func (s measuredStore) CommitTurn(ctx context.Context, rec memory.TurnRecord) error {
-	s.m.CommitStarted()
-	defer s.m.CommitDone()
-	start := time.Now()
-	err := s.injected("commit")
-	if err == nil {
-		err = s.Store.CommitTurn(ctx, rec)
-	}
-	s.m.Commit(start)
-	return s.failed("commit", err)
-}
-
-// MarkPublished implements memory.Store.
-func (s measuredStore) MarkPublished(ctx context.Context, key string) error {
-	err := s.injected("mark_published")
-	if err == nil {
-		err = s.Store.MarkPublished(ctx, key)
-	}
-	return s.failed("mark_published", err)
-}
-
-func (s measuredStore) injected(op string) error {
-	if s.fault == nil {
-		return nil
-	}
-	return s.fault(op)
-}
-
-// failed counts and logs err when it is a failure of the store.
-func (s measuredStore) failed(op string, err error) error {
-	if memory.IsFailure(err) {
-		s.m.StoreFailure(op)
-		s.fails.Failed(op, err)
-	}
-	return err
-}
 
 // startChannels starts the built-in channel adapters whose sections are
 // configured (Telegram, Slack); each reports its readiness under its name.

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/memory/longterm"
 	"github.com/switchboard-chat/switchboard/tools"
 	"github.com/switchboard-chat/switchboard/tools/bash"
 	"github.com/switchboard-chat/switchboard/tools/files"
@@ -122,7 +123,7 @@ func assembleTools(cfg Config, ws *workspace.Workspace, db *bolt.DB, pub toolsPu
 		}
 	}
 	list = append(list, extra...)
-	catalog := skills.New(ws, skills.Options{Allow: publicPath}, log.With("component", "skills"))
+	catalog := skills.New(ws, skills.Options{Allow: longterm.Public}, log.With("component", "skills"))
 	reg, err := tools.NewRegistry(list...)
 	if err != nil {
 		return nil, nil, err
@@ -150,7 +151,7 @@ func assembleTools(cfg Config, ws *workspace.Workspace, db *bolt.DB, pub toolsPu
 }
 
 // privacy is how the tools keep one session out of another's files; the
-// memory system provides it (memorySystem.privacy).
+// long-term memory provides it (longterm.System.Guard and Private).
 type privacy struct {
 	// guard is the path policy of the tools that open workspace paths
 	// (nil: everything is visible).

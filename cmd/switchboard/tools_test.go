@@ -131,7 +131,7 @@ func TestBuildToolsOptions(t *testing.T) {
 	if built.CallTimeout != 610*time.Second {
 		t.Errorf("CallTimeout with bash = %s", built.CallTimeout)
 	}
-	u1 := tools.Session{Key: "console/c", Channel: "console", ChatID: "c", UserID: "u1"}
+	u1 := tools.Session{Key: "console/c", Speaker: bus.Speaker{Channel: "console", ChatID: "c", UserID: "u1"}}
 	r := built.Toolbox.Run(t.Context(), "bash", tools.Call{Args: json.RawMessage(`{"command":"echo hi"}`), Session: u1})
 	if r.IsError || r.Text != "hi\n" {
 		t.Errorf("bash: %+v", r)
@@ -187,7 +187,7 @@ func TestScheduleOverNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	runTools(t, run)
-	sess := tools.Session{Key: "console/c1", Channel: "console", ChatID: "c1", UserID: "u1"}
+	sess := tools.Session{Key: "console/c1", Speaker: bus.Speaker{Channel: "console", ChatID: "c1", UserID: "u1"}}
 	r := built.Toolbox.Run(t.Context(), "schedule", tools.Call{Args: json.RawMessage(`{"action":"create","prompt":"say hi","at":"+1s"}`), Session: sess})
 	if r.IsError {
 		t.Fatalf("schedule: %+v", r)

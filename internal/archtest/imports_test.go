@@ -26,6 +26,7 @@ var rules = []struct{ from, to, why string }{
 	{"llm", "agent", "the model client is used by the agent, memory and the daemon alike"},
 	{"workspace", "agent", "the workspace is below the agent"},
 	{"workspace!", "tools", "path confinement is below the tools (workspace/skills serves skills as tool results)"},
+	{"workspace!", "bus", "file names on disk have their own codec, not the bus's subject encoding"},
 	{"tools", "agent", "tools know nothing of sessions or the loop"},
 	{"tools", "channels", "tools reach chats through the bus, not the adapters"},
 }

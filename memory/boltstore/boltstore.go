@@ -251,34 +251,11 @@ func (s *Store) CommitTurn(ctx context.Context, rec memory.TurnRecord) error {
 		return fmt.Errorf("boltstore: commit turn: %w", err)
 	}
 	now := time.Now()
-	msgs := make([][]byte, len(rec.Messages))
-	turns := 0
-	for i, m := range rec.Messages {
-		if m.Time.IsZero() {
-			m.Time = now
-		}
-		if m.TurnStart {
-			turns++
-		}
-		b, err := json.Marshal(m)
-		if err != nil {
-			return fmt.Errorf("boltstore: commit turn %q: encode messages[%d]: %w", rec.Receipt.Key, i, err)
-		}
-		msgs[i] = b
+	enc, err := memory.EncodeTurn(rec, now)
+	if err != nil {
+		return fmt.Errorf("boltstore: commit turn %q: %w", rec.Receipt.Key, err)
 	}
 	r := rec.Receipt
-	receipts := make([][2][]byte, 0, 1+len(rec.Also))
-	for _, ri := range append([]memory.Receipt{rec.Receipt}, rec.Also...) {
-		ri.Session = rec.Session
-		if ri.Time.IsZero() {
-			ri.Time = now
-		}
-		b, err := json.Marshal(ri)
-		if err != nil {
-			return fmt.Errorf("boltstore: commit turn %q: encode receipt %q: %w", r.Key, ri.Key, err)
-		}
-		receipts = append(receipts, [2][]byte{[]byte(ri.Key), b})
-	}
 	skey := []byte(rec.Session)
 
 	if err := s.begin(ctx); err != nil {
@@ -287,11 +264,11 @@ func (s *Store) CommitTurn(ctx context.Context, rec memory.TurnRecord) error {
 	defer s.mu.RUnlock()
 
 	var dup bool
-	err := s.write(func(tx *bolt.Tx) error {
+	err = s.write(func(tx *bolt.Tx) error {
 		dup = false
 		bucketR := tx.Bucket(bucketReceipts)
-		for _, kv := range receipts {
-			if bucketR.Get(kv[0]) != nil {
+		for _, kv := range enc.Receipts {
+			if bucketR.Get([]byte(kv.Key)) != nil {
 				dup = true
 				return nil
 			}
@@ -310,20 +287,20 @@ func (s *Store) CommitTurn(ctx context.Context, rec memory.TurnRecord) error {
 			meta.Summary = ""
 		}
 		bucket := tx.Bucket(bucketMsgs)
-		for _, m := range msgs {
+		for _, m := range enc.Messages {
 			meta.Last++
 			if err := bucket.Put(msgKey(skey, meta.Last), m); err != nil {
 				return fmt.Errorf("put message %d: %w", meta.Last, err)
 			}
 		}
-		meta.Turns += turns
+		meta.Turns += enc.Turns
 		meta.LastActive = now
 		if err := putMeta(sessions, skey, meta); err != nil {
 			return err
 		}
-		for _, kv := range receipts {
-			if err := bucketR.Put(kv[0], kv[1]); err != nil {
-				return fmt.Errorf("put receipt %q: %w", kv[0], err)
+		for _, kv := range enc.Receipts {
+			if err := bucketR.Put([]byte(kv.Key), kv.Value); err != nil {
+				return fmt.Errorf("put receipt %q: %w", kv.Key, err)
 			}
 		}
 		return nil
@@ -368,9 +345,9 @@ func (s *Store) Load(ctx context.Context, session string, maxTurns int) (memory.
 		}
 		turns := 0
 		err = walkBack(tx.Bucket(bucketMsgs), skey, meta, func(seq uint64, v []byte) (bool, error) {
-			var m memory.Message
-			if err := json.Unmarshal(v, &m); err != nil {
-				return false, fmt.Errorf("message %d: %w: %v", seq, memory.ErrInvalid, err)
+			m, err := memory.DecodeMessage(v)
+			if err != nil {
+				return false, fmt.Errorf("message %d: %w", seq, err)
 			}
 			snap.Messages = append(snap.Messages, m)
 			if m.TurnStart {
@@ -435,10 +412,9 @@ func (s *Store) Receipt(ctx context.Context, key string) (memory.Receipt, bool, 
 			return nil
 		}
 		ok = true
-		if err := json.Unmarshal(v, &r); err != nil {
-			return fmt.Errorf("%w: %v", memory.ErrInvalid, err)
-		}
-		return nil
+		var err error
+		r, err = memory.DecodeReceipt(v)
+		return err
 	})
 	if err != nil {
 		return memory.Receipt{}, false, fmt.Errorf("boltstore: receipt %q: %w", key, err)
@@ -466,17 +442,17 @@ func (s *Store) MarkPublished(ctx context.Context, key string) error {
 			notFound = true
 			return nil
 		}
-		var r memory.Receipt
-		if err := json.Unmarshal(v, &r); err != nil {
-			return fmt.Errorf("%w: %v", memory.ErrInvalid, err)
+		r, err := memory.DecodeReceipt(v)
+		if err != nil {
+			return err
 		}
 		if r.Published {
 			return nil
 		}
 		r.Published = true
-		nv, err := json.Marshal(r)
+		nv, err := memory.EncodeReceipt(r)
 		if err != nil {
-			return fmt.Errorf("encode receipt: %w", err)
+			return err
 		}
 		return b.Put(rkey, nv)
 	})

@@ -5,9 +5,7 @@ package memtest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -85,40 +83,17 @@ func (s *MemStore) CommitTurn(ctx context.Context, rec memory.TurnRecord) error 
 		return fmt.Errorf("memtest: commit turn: %w", err)
 	}
 	now := time.Now()
-	msgs := make([][]byte, len(rec.Messages))
-	turns := 0
-	for i, m := range rec.Messages {
-		if m.Time.IsZero() {
-			m.Time = now
-		}
-		if m.TurnStart {
-			turns++
-		}
-		b, err := json.Marshal(m)
-		if err != nil {
-			return fmt.Errorf("memtest: commit turn %q: encode messages[%d]: %w", rec.Receipt.Key, i, err)
-		}
-		msgs[i] = b
+	enc, err := memory.EncodeTurn(rec, now)
+	if err != nil {
+		return fmt.Errorf("memtest: commit turn %q: %w", rec.Receipt.Key, err)
 	}
 	r := rec.Receipt
-	receipts := map[string][]byte{}
-	for _, ri := range append([]memory.Receipt{rec.Receipt}, rec.Also...) {
-		ri.Session = rec.Session
-		if ri.Time.IsZero() {
-			ri.Time = now
-		}
-		b, err := json.Marshal(ri)
-		if err != nil {
-			return fmt.Errorf("memtest: commit turn %q: encode receipt %q: %w", r.Key, ri.Key, err)
-		}
-		receipts[ri.Key] = b
-	}
 	if err := s.lock(ctx); err != nil {
 		return fmt.Errorf("memtest: commit turn %q: %w", r.Key, err)
 	}
 	defer s.mu.Unlock()
-	for k := range receipts {
-		if _, ok := s.receipts[k]; ok {
+	for _, kv := range enc.Receipts {
+		if _, ok := s.receipts[kv.Key]; ok {
 			return fmt.Errorf("memtest: commit turn %q: %w", r.Key, memory.ErrDuplicate)
 		}
 	}
@@ -132,10 +107,12 @@ func (s *MemStore) CommitTurn(ctx context.Context, rec memory.TurnRecord) error 
 		sess.turns = 0
 		sess.summary = ""
 	}
-	sess.msgs = append(sess.msgs, msgs...)
-	sess.turns += turns
+	sess.msgs = append(sess.msgs, enc.Messages...)
+	sess.turns += enc.Turns
 	sess.lastActive = now
-	maps.Copy(s.receipts, receipts)
+	for _, kv := range enc.Receipts {
+		s.receipts[kv.Key] = kv.Value
+	}
 	s.commits++
 	return nil
 }
@@ -162,9 +139,9 @@ func (s *MemStore) Load(ctx context.Context, session string, maxTurns int) (memo
 	}
 	turns := 0
 	for i := len(sess.msgs) - 1; i >= sess.start && turns < maxTurns; i-- {
-		var m memory.Message
-		if err := json.Unmarshal(sess.msgs[i], &m); err != nil {
-			return memory.Snapshot{}, fmt.Errorf("memtest: load %q: message %d: %w: %v", session, i+1, memory.ErrInvalid, err)
+		m, err := memory.DecodeMessage(sess.msgs[i])
+		if err != nil {
+			return memory.Snapshot{}, fmt.Errorf("memtest: load %q: message %d: %w", session, i+1, err)
 		}
 		snap.Messages = append(snap.Messages, m)
 		if m.TurnStart {
@@ -190,9 +167,9 @@ func (s *MemStore) Receipt(ctx context.Context, key string) (memory.Receipt, boo
 	if !ok {
 		return memory.Receipt{}, false, nil
 	}
-	var r memory.Receipt
-	if err := json.Unmarshal(v, &r); err != nil {
-		return memory.Receipt{}, false, fmt.Errorf("memtest: receipt %q: %w: %v", key, memory.ErrInvalid, err)
+	r, err := memory.DecodeReceipt(v)
+	if err != nil {
+		return memory.Receipt{}, false, fmt.Errorf("memtest: receipt %q: %w", key, err)
 	}
 	return r, true, nil
 }
@@ -210,12 +187,12 @@ func (s *MemStore) MarkPublished(ctx context.Context, key string) error {
 	if !ok {
 		return fmt.Errorf("memtest: mark published %q: %w", key, memory.ErrNotFound)
 	}
-	var r memory.Receipt
-	if err := json.Unmarshal(v, &r); err != nil {
-		return fmt.Errorf("memtest: mark published %q: %w: %v", key, memory.ErrInvalid, err)
+	r, err := memory.DecodeReceipt(v)
+	if err != nil {
+		return fmt.Errorf("memtest: mark published %q: %w", key, err)
 	}
 	r.Published = true
-	nv, err := json.Marshal(r)
+	nv, err := memory.EncodeReceipt(r)
 	if err != nil {
 		return fmt.Errorf("memtest: mark published %q: %w", key, err)
 	}
@@ -246,9 +223,9 @@ func (s *MemStore) Compact(ctx context.Context, session, summary string, keepTur
 	}
 	turns := 0
 	for i := len(sess.msgs) - 1; i >= sess.start; i-- {
-		var m memory.Message
-		if err := json.Unmarshal(sess.msgs[i], &m); err != nil {
-			return fmt.Errorf("memtest: compact %q: message %d: %w: %v", session, i+1, memory.ErrInvalid, err)
+		m, err := memory.DecodeMessage(sess.msgs[i])
+		if err != nil {
+			return fmt.Errorf("memtest: compact %q: message %d: %w", session, i+1, err)
 		}
 		if m.TurnStart {
 			turns++
@@ -269,8 +246,7 @@ func (s *MemStore) PruneReceipts(ctx context.Context, before time.Time) (int, er
 	defer s.mu.Unlock()
 	n := 0
 	for k, v := range s.receipts {
-		var r memory.Receipt
-		if json.Unmarshal(v, &r) == nil && r.Time.Before(before) {
+		if r, err := memory.DecodeReceipt(v); err == nil && r.Time.Before(before) {
 			delete(s.receipts, k)
 			n++
 		}
@@ -291,8 +267,7 @@ func (s *MemStore) Reset(ctx context.Context, session string) error {
 	_, found := s.sessions[session]
 	delete(s.sessions, session)
 	for k, v := range s.receipts {
-		var r memory.Receipt
-		if json.Unmarshal(v, &r) == nil && r.Session == session {
+		if r, err := memory.DecodeReceipt(v); err == nil && r.Session == session {
 			delete(s.receipts, k)
 			found = true
 		}

@@ -46,6 +46,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
 	"github.com/switchboard-chat/switchboard/workspace"
 )
@@ -102,39 +103,24 @@ const (
 const MembersDir = "users"
 
 // ErrScope is returned (wrapped) when a Scope lacks what the call needs:
-// a channel and a user id, and a chat id in a group.
-var ErrScope = errors.New("notes: incomplete scope")
+// a channel and a user id, and a chat id in a group. It is
+// [bus.ErrIncompleteSpeaker], what [bus.Speaker.Validate] wraps.
+var ErrScope = bus.ErrIncompleteSpeaker
 
 // ErrDenied is returned (wrapped) when a caller asks for a file outside
 // the memory it may read.
 var ErrDenied = errors.New("notes: not readable for this caller")
 
-// Scope is who a memory operation runs for: the chat message's channel,
-// chat and sender, and whether the chat is a group.
+// Scope is who a memory operation runs for — the chat message's speaker
+// (channel, chat, sender, whether the chat is a group; [bus.Speaker.Validate]
+// says what a read needs) — and where a write goes.
 type Scope struct {
-	Channel string
-	ChatID  string
-	UserID  string
-	IsGroup bool
+	bus.Speaker
 	// GroupNotes, in a group, sends writes to the group's notes (seen by
 	// every member) instead of the speaker's own in-group notes. Summaries
 	// of a group's conversation set it. It changes nothing else: not what
 	// is read, not private chats, not scope "shared".
 	GroupNotes bool
-}
-
-// Validate reports whether s names a channel and a user, and a chat when
-// it is a group. The error wraps [ErrScope] and names the missing field.
-func (s Scope) Validate() error {
-	switch {
-	case s.Channel == "":
-		return fmt.Errorf("%w: channel is empty", ErrScope)
-	case s.UserID == "":
-		return fmt.Errorf("%w: user id is empty", ErrScope)
-	case s.IsGroup && s.ChatID == "":
-		return fmt.Errorf("%w: chat id is empty in a group", ErrScope)
-	}
-	return nil
 }
 
 // Folder is one memory folder: the shared one, a user's, a group chat's or

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
 	"github.com/switchboard-chat/switchboard/memory/notes"
 )
@@ -51,10 +52,10 @@ func readFile(t *testing.T, dir, rel string) string {
 }
 
 var (
-	alicePrivate = notes.Scope{Channel: "telegram", ChatID: "100", UserID: "100"}
-	aliceInGroup = notes.Scope{Channel: "telegram", ChatID: "-500", UserID: "100", IsGroup: true}
-	bobInGroup   = notes.Scope{Channel: "telegram", ChatID: "-500", UserID: "200", IsGroup: true}
-	bobPrivate   = notes.Scope{Channel: "telegram", ChatID: "200", UserID: "200"}
+	alicePrivate = notes.Scope{Speaker: bus.Speaker{Channel: "telegram", ChatID: "100", UserID: "100"}}
+	aliceInGroup = notes.Scope{Speaker: bus.Speaker{Channel: "telegram", ChatID: "-500", UserID: "100", IsGroup: true}}
+	bobInGroup   = notes.Scope{Speaker: bus.Speaker{Channel: "telegram", ChatID: "-500", UserID: "200", IsGroup: true}}
+	bobPrivate   = notes.Scope{Speaker: bus.Speaker{Channel: "telegram", ChatID: "200", UserID: "200"}}
 )
 
 func TestNewRejectsBadInput(t *testing.T) {
@@ -88,7 +89,7 @@ func TestComponent(t *testing.T) {
 		seen[c] = id
 	}
 	if c, _ := notes.Component("a.b"); c != "a%2Eb" {
-		t.Errorf(`Component("a.b") = %q, want the bus token encoding a%%2Eb`, c)
+		t.Errorf(`Component("a.b") = %q, want the %%XX file-name encoding a%%2Eb`, c)
 	}
 	if _, err := notes.Component(""); !errors.Is(err, notes.ErrScope) {
 		t.Errorf(`Component("") = %v, want ErrScope`, err)
@@ -106,8 +107,8 @@ func TestFoldersPerScope(t *testing.T) {
 	}{
 		{"user private", user, alicePrivate, "memory/users/telegram/100/MEMORY.md"},
 		{"user group", user, aliceInGroup, "memory/chats/telegram/-500/users/100/MEMORY.md"},
-		{"user group notes", user, notes.Scope{Channel: "telegram", ChatID: "-500", IsGroup: true, GroupNotes: true}, "memory/chats/telegram/-500/MEMORY.md"},
-		{"user odd ids", user, notes.Scope{Channel: "slack", UserID: "../../etc", ChatID: "x"}, "memory/users/slack/%2E%2E%2F%2E%2E%2Fetc/MEMORY.md"},
+		{"user group notes", user, notes.Scope{GroupNotes: true, Speaker: bus.Speaker{Channel: "telegram", ChatID: "-500", IsGroup: true}}, "memory/chats/telegram/-500/MEMORY.md"},
+		{"user odd ids", user, notes.Scope{Speaker: bus.Speaker{Channel: "slack", UserID: "../../etc", ChatID: "x"}}, "memory/users/slack/%2E%2E%2F%2E%2E%2Fetc/MEMORY.md"},
 		{"shared private", shared, alicePrivate, "MEMORY.md"},
 		{"shared group", shared, aliceInGroup, "MEMORY.md"},
 	} {
@@ -116,7 +117,7 @@ func TestFoldersPerScope(t *testing.T) {
 			t.Errorf("%s: CoreFile = %q, %v; want %q", tt.name, got, err, tt.core)
 		}
 	}
-	for _, s := range []notes.Scope{{UserID: "1"}, {Channel: "telegram"}, {Channel: "telegram", UserID: "1", IsGroup: true}} {
+	for _, s := range []notes.Scope{{Speaker: bus.Speaker{UserID: "1"}}, {Speaker: bus.Speaker{Channel: "telegram"}}, {Speaker: bus.Speaker{Channel: "telegram", UserID: "1", IsGroup: true}}} {
 		if _, err := user.CoreFile(s); !errors.Is(err, notes.ErrScope) {
 			t.Errorf("CoreFile(%+v) = %v, want ErrScope", s, err)
 		}
@@ -183,7 +184,7 @@ func TestWritesGoToTheCallersFolder(t *testing.T) {
 			t.Errorf("Write(%s, %.20q) = %v, want an error mentioning %q", tt.kind, tt.text, err, tt.want)
 		}
 	}
-	if _, err := n.Write(notes.Scope{Channel: "telegram"}, notes.KindCore, "x", now); !errors.Is(err, notes.ErrScope) {
+	if _, err := n.Write(notes.Scope{Speaker: bus.Speaker{Channel: "telegram"}}, notes.KindCore, "x", now); !errors.Is(err, notes.ErrScope) {
 		t.Errorf("Write without user = %v, want ErrScope", err)
 	}
 }
@@ -412,7 +413,7 @@ func TestOpen(t *testing.T) {
 	if err := os.Symlink("200", filepath.Join(dir, "memory/users/telegram/300")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.Write(notes.Scope{Channel: "telegram", UserID: "300", ChatID: "300"}, notes.KindCore, "x", time.Now()); !errors.Is(err, notes.ErrDenied) {
+	if _, err := n.Write(notes.Scope{Speaker: bus.Speaker{Channel: "telegram", UserID: "300", ChatID: "300"}}, notes.KindCore, "x", time.Now()); !errors.Is(err, notes.ErrDenied) {
 		t.Errorf("Write through a symlinked folder = %v, want ErrDenied", err)
 	}
 	if got := readFile(t, dir, "memory/users/telegram/200/MEMORY.md"); got != "bob" {
@@ -579,14 +580,14 @@ func TestVisible(t *testing.T) {
 
 func TestGroupWritesNeedNoUser(t *testing.T) {
 	n, dir := newNotes(t, memcfg.ScopeUser)
-	rel, err := n.AppendDaily(notes.Scope{Channel: "telegram", ChatID: "-500", IsGroup: true, GroupNotes: true}, time.Date(2025, 3, 4, 12, 0, 0, 0, time.UTC), "## Daily summary\n\n- shipped")
+	rel, err := n.AppendDaily(notes.Scope{GroupNotes: true, Speaker: bus.Speaker{Channel: "telegram", ChatID: "-500", IsGroup: true}}, time.Date(2025, 3, 4, 12, 0, 0, 0, time.UTC), "## Daily summary\n\n- shipped")
 	if err != nil || rel != "memory/chats/telegram/-500/2025-03-04.md" {
 		t.Fatalf("AppendDaily for a group without a user = %q, %v", rel, err)
 	}
 	if !strings.Contains(readFile(t, dir, rel), "- shipped") {
 		t.Error("group summary not written")
 	}
-	if _, err := n.AppendDaily(notes.Scope{Channel: "telegram", ChatID: "1"}, time.Now(), "x"); !errors.Is(err, notes.ErrScope) {
+	if _, err := n.AppendDaily(notes.Scope{Speaker: bus.Speaker{Channel: "telegram", ChatID: "1"}}, time.Now(), "x"); !errors.Is(err, notes.ErrScope) {
 		t.Errorf("private AppendDaily without a user = %v, want ErrScope", err)
 	}
 }

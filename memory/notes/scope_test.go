@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
 	"github.com/switchboard-chat/switchboard/memory/notes"
 )
@@ -121,14 +122,14 @@ func TestGroupReadsAndWrites(t *testing.T) {
 		{aliceInGroup, notes.KindDaily, "memory/chats/telegram/-500/users/100/2025-03-04.md"},
 		{groupNotes, notes.KindCore, "memory/chats/telegram/-500/MEMORY.md"},
 		{groupNotes, notes.KindDaily, "memory/chats/telegram/-500/2025-03-04.md"},
-		{notes.Scope{Channel: "telegram", ChatID: "-500", IsGroup: true, GroupNotes: true}, notes.KindDaily, "memory/chats/telegram/-500/2025-03-04.md"},
+		{notes.Scope{GroupNotes: true, Speaker: bus.Speaker{Channel: "telegram", ChatID: "-500", IsGroup: true}}, notes.KindDaily, "memory/chats/telegram/-500/2025-03-04.md"},
 	} {
 		rel, err := n.Write(tt.s, tt.kind, "note", now)
 		if err != nil || rel != tt.want {
 			t.Errorf("Write(%+v, %s) = %q, %v; want %q", tt.s, tt.kind, rel, err, tt.want)
 		}
 	}
-	if _, err := n.Write(notes.Scope{Channel: "telegram", ChatID: "-500", IsGroup: true}, notes.KindCore, "x", now); err == nil {
+	if _, err := n.Write(notes.Scope{Speaker: bus.Speaker{Channel: "telegram", ChatID: "-500", IsGroup: true}}, notes.KindCore, "x", now); err == nil {
 		t.Error("an in-group note without a speaker was written")
 	}
 	// Nothing written in the group reached Alice's direct-chat folder.
@@ -216,7 +217,7 @@ func TestVisibleFollowsThePrivateMask(t *testing.T) {
 	if _, show := n.PrivateFolders(alicePrivate); !slices.Equal(show, []string{"memory/users/telegram/100"}) {
 		t.Errorf("PrivateFolders(alice private) shows %v", show)
 	}
-	if got := n.PrivateMask(notes.Scope{Channel: "telegram"}); !slices.Equal(got, []notes.MaskStep{{Dir: "memory/users"}, {Dir: "memory/chats"}}) {
+	if got := n.PrivateMask(notes.Scope{Speaker: bus.Speaker{Channel: "telegram"}}); !slices.Equal(got, []notes.MaskStep{{Dir: "memory/users"}, {Dir: "memory/chats"}}) {
 		t.Errorf("PrivateMask(no user) = %+v", got)
 	}
 	shared, _ := newNotes(t, memcfg.ScopeShared)

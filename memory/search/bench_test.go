@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
 	"github.com/switchboard-chat/switchboard/memory/notes"
 	"github.com/switchboard-chat/switchboard/memory/search"
@@ -104,7 +105,7 @@ func BenchmarkSearch10000Notes(b *testing.B) {
 		roots func(i int) []notes.Root
 	}{
 		{"user", func(i int) []notes.Root {
-			r, err := n.Readable(notes.Scope{Channel: "telegram", ChatID: fmt.Sprint(1000 + i%100), UserID: fmt.Sprint(1000 + i%100)})
+			r, err := n.Readable(notes.Scope{Speaker: bus.Speaker{Channel: "telegram", ChatID: fmt.Sprint(1000 + i%100), UserID: fmt.Sprint(1000 + i%100)}})
 			if err != nil {
 				b.Fatal(err)
 			}

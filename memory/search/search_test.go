@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
 	"github.com/switchboard-chat/switchboard/memory/notes"
 	"github.com/switchboard-chat/switchboard/memory/search"
@@ -305,11 +306,11 @@ func TestScopeFiltering(t *testing.T) {
 		s    notes.Scope
 		want []string
 	}{
-		{"alice in group", notes.Scope{Channel: "telegram", ChatID: "-500", UserID: "100", IsGroup: true},
+		{"alice in group", notes.Scope{Speaker: bus.Speaker{Channel: "telegram", ChatID: "-500", UserID: "100", IsGroup: true}},
 			[]string{"MEMORY.md", "memory/2025-03-09.md", "memory/chats/telegram/-500/2025-03-09.md", "memory/chats/telegram/-500/users/100/MEMORY.md"}},
-		{"bob in group", notes.Scope{Channel: "telegram", ChatID: "-500", UserID: "200", IsGroup: true},
+		{"bob in group", notes.Scope{Speaker: bus.Speaker{Channel: "telegram", ChatID: "-500", UserID: "200", IsGroup: true}},
 			[]string{"MEMORY.md", "memory/2025-03-09.md", "memory/chats/telegram/-500/2025-03-09.md", "memory/chats/telegram/-500/users/200/MEMORY.md"}},
-		{"bob private", notes.Scope{Channel: "telegram", ChatID: "200", UserID: "200"},
+		{"bob private", notes.Scope{Speaker: bus.Speaker{Channel: "telegram", ChatID: "200", UserID: "200"}},
 			[]string{"MEMORY.md", "memory/2025-03-09.md", "memory/users/telegram/200/MEMORY.md"}},
 	} {
 		roots, err := n.Readable(tt.s)

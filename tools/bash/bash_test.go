@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/tools"
 	"github.com/switchboard-chat/switchboard/workspace"
 )
@@ -19,8 +20,8 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var (
-	alice = tools.Session{Key: "console/a", Channel: "console", ChatID: "a", UserID: "alice"}
-	bob   = tools.Session{Key: "console/b", Channel: "console", ChatID: "b", UserID: "bob"}
+	alice = tools.Session{Key: "console/a", Speaker: bus.Speaker{Channel: "console", ChatID: "a", UserID: "alice"}}
+	bob   = tools.Session{Key: "console/b", Speaker: bus.Speaker{Channel: "console", ChatID: "b", UserID: "bob"}}
 )
 
 type env struct {
@@ -118,7 +119,7 @@ func readPID(t *testing.T, path string) int {
 func TestBashDeniedForOtherUsers(t *testing.T) {
 	e := newEnv(t, tools.BashConfig{AllowUsers: []string{"telegram:42"}})
 	marker := filepath.Join(e.dir, "ran")
-	for _, s := range []tools.Session{alice, {Channel: "slack", UserID: "42"}, {}} {
+	for _, s := range []tools.Session{alice, {Speaker: bus.Speaker{Channel: "slack", UserID: "42"}}, {}} {
 		r := e.run(t, s, cmdArgs("touch "+marker, ""))
 		if !r.IsError || !r.Denied || !strings.Contains(r.Text, "not allowed") {
 			t.Errorf("session %+v: %+v, want a denial", s, r)
@@ -127,7 +128,7 @@ func TestBashDeniedForOtherUsers(t *testing.T) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("a denied command ran")
 	}
-	ok := e.run(t, tools.Session{Channel: "telegram", UserID: "42"}, cmdArgs("echo fine", ""))
+	ok := e.run(t, tools.Session{Speaker: bus.Speaker{Channel: "telegram", UserID: "42"}}, cmdArgs("echo fine", ""))
 	if ok.IsError || ok.Text != "fine\n" {
 		t.Errorf("allowed user: %+v", ok)
 	}

@@ -11,14 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/tools"
 	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // Sessions of a group chat "console/g" with two members.
 var (
-	aliceInGroup = tools.Session{Key: "console/g", Channel: "console", ChatID: "g", UserID: "alice", IsGroup: true}
-	bobInGroup   = tools.Session{Key: "console/g", Channel: "console", ChatID: "g", UserID: "bob", IsGroup: true}
+	aliceInGroup = tools.Session{Key: "console/g", Speaker: bus.Speaker{Channel: "console", ChatID: "g", UserID: "alice", IsGroup: true}}
+	bobInGroup   = tools.Session{Key: "console/g", Speaker: bus.Speaker{Channel: "console", ChatID: "g", UserID: "bob", IsGroup: true}}
 )
 
 // needBwrap fails the test when bubblewrap is missing: the sandbox is the

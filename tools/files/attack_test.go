@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/memory/notes"
 	"github.com/switchboard-chat/switchboard/tools"
 	"github.com/switchboard-chat/switchboard/tools/files"
@@ -23,8 +24,8 @@ type attackEnv struct {
 }
 
 var (
-	aliceSession = tools.Session{Key: "telegram/100", Channel: "telegram", ChatID: "100", UserID: "alice"}
-	bobSession   = tools.Session{Key: "telegram/200", Channel: "telegram", ChatID: "200", UserID: "bob"}
+	aliceSession = tools.Session{Key: "telegram/100", Speaker: bus.Speaker{Channel: "telegram", ChatID: "100", UserID: "alice"}}
+	bobSession   = tools.Session{Key: "telegram/200", Speaker: bus.Speaker{Channel: "telegram", ChatID: "200", UserID: "bob"}}
 )
 
 func newAttackEnv(t *testing.T) *attackEnv {
@@ -40,7 +41,7 @@ func newAttackEnv(t *testing.T) *attackEnv {
 		t.Fatal(err)
 	}
 	guard := files.WithGuard(func(s tools.Session, rel string) bool {
-		return n.Visible(notes.Scope{Channel: s.Channel, ChatID: s.ChatID, UserID: s.UserID, IsGroup: s.IsGroup}, rel) &&
+		return n.Visible(notes.Scope{Speaker: s.Speaker}, rel) &&
 			workspace.InboxVisible(s.Channel, s.ChatID, rel)
 	})
 	reg, err := tools.NewRegistry(append(files.New(ws, guard), files.NewSearch(ws, tools.DefaultConfig().SearchFiles, guard))...)

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/tools"
 	"github.com/switchboard-chat/switchboard/tools/files"
 	"github.com/switchboard-chat/switchboard/workspace"
@@ -511,7 +512,7 @@ func TestGuardHidesOtherUsersMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	alice := tools.Session{Key: "console/c", Channel: "console", ChatID: "c", UserID: "alice"}
+	alice := tools.Session{Key: "console/c", Speaker: bus.Speaker{Channel: "console", ChatID: "c", UserID: "alice"}}
 	run := func(name, args string) tools.Result {
 		return reg.Run(t.Context(), name, tools.Call{Args: json.RawMessage(args), Session: alice})
 	}

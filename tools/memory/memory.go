@@ -83,7 +83,7 @@ type base struct {
 // scope turns the call's session into a memory scope. A session without a
 // channel or user cannot own memory.
 func scope(s tools.Session) (notes.Scope, error) {
-	sc := notes.Scope{Channel: s.Channel, ChatID: s.ChatID, UserID: s.UserID, IsGroup: s.IsGroup}
+	sc := notes.Scope{Speaker: s.Speaker}
 	if err := sc.Validate(); err != nil {
 		return notes.Scope{}, fmt.Errorf("%w: this conversation has no user to keep memory for (%v)", tools.ErrDenied, err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
 	"github.com/switchboard-chat/switchboard/memory/notes"
 	"github.com/switchboard-chat/switchboard/memory/search"
@@ -58,10 +59,10 @@ func newEnv(t *testing.T, scope string) *env {
 }
 
 var (
-	alice        = tools.Session{Key: "telegram/100", Channel: "telegram", ChatID: "100", UserID: "100"}
-	bob          = tools.Session{Key: "telegram/200", Channel: "telegram", ChatID: "200", UserID: "200"}
-	aliceInGroup = tools.Session{Key: "telegram/-500", Channel: "telegram", ChatID: "-500", UserID: "100", IsGroup: true}
-	bobInGroup   = tools.Session{Key: "telegram/-500", Channel: "telegram", ChatID: "-500", UserID: "200", IsGroup: true}
+	alice        = tools.Session{Key: "telegram/100", Speaker: bus.Speaker{Channel: "telegram", ChatID: "100", UserID: "100"}}
+	bob          = tools.Session{Key: "telegram/200", Speaker: bus.Speaker{Channel: "telegram", ChatID: "200", UserID: "200"}}
+	aliceInGroup = tools.Session{Key: "telegram/-500", Speaker: bus.Speaker{Channel: "telegram", ChatID: "-500", UserID: "100", IsGroup: true}}
+	bobInGroup   = tools.Session{Key: "telegram/-500", Speaker: bus.Speaker{Channel: "telegram", ChatID: "-500", UserID: "200", IsGroup: true}}
 )
 
 func (e *env) call(t *testing.T, s tools.Session, name string, args any) tools.Result {

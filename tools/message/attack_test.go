@@ -37,7 +37,7 @@ func TestAttackSendOtherUsersFiles(t *testing.T) {
 	}
 	pub := &fakePub{}
 	guard := message.WithGuard(func(s tools.Session, rel string) bool {
-		return n.Visible(notes.Scope{Channel: s.Channel, ChatID: s.ChatID, UserID: s.UserID, IsGroup: s.IsGroup}, rel) &&
+		return n.Visible(notes.Scope{Speaker: s.Speaker}, rel) &&
 			workspace.InboxVisible(s.Channel, s.ChatID, rel)
 	})
 	reg, err := tools.NewRegistry(message.New(ws, chats, pub, bus.Subjects{Prefix: "chat"}, tools.SendMessageConfig{MaxFileBytes: 1 << 20}, guard))

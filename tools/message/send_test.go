@@ -99,7 +99,7 @@ func newEnv(t *testing.T, dbPath string, cfg tools.SendMessageConfig) *env {
 }
 
 func sess(channel, chat, user string) tools.Session {
-	return tools.Session{Key: channel + "/" + chat, Channel: channel, ChatID: chat, UserID: user}
+	return tools.Session{Key: channel + "/" + chat, Speaker: bus.Speaker{Channel: channel, ChatID: chat, UserID: user}}
 }
 
 // turn simulates a finished turn in s: the post-turn recorder runs.
@@ -128,7 +128,7 @@ var (
 
 func TestSendToCurrentChat(t *testing.T) {
 	e := newEnv(t, "", tools.SendMessageConfig{})
-	threaded := tools.Session{Key: "slack/C1/17.5", Channel: "slack", ChatID: "C1", UserID: "U1"}
+	threaded := tools.Session{Key: "slack/C1/17.5", Speaker: bus.Speaker{Channel: "slack", ChatID: "C1", UserID: "U1"}}
 	r := e.send(t, threaded, `{"text":"**hello**"}`)
 	if r.IsError || !strings.Contains(r.Text, "sent to the current chat; do not repeat it") {
 		t.Fatalf("send: %+v", r)

@@ -85,8 +85,8 @@ func newScheduler(t *testing.T, db *bolt.DB, pub tools.Publisher, cfg tools.Sche
 }
 
 var (
-	ann = tools.Session{Key: "telegram/100", Channel: "telegram", ChatID: "100", UserID: "ann"}
-	bob = tools.Session{Key: "telegram/200", Channel: "telegram", ChatID: "200", UserID: "bob"}
+	ann = tools.Session{Key: "telegram/100", Speaker: bus.Speaker{Channel: "telegram", ChatID: "100", UserID: "ann"}}
+	bob = tools.Session{Key: "telegram/200", Speaker: bus.Speaker{Channel: "telegram", ChatID: "200", UserID: "bob"}}
 )
 
 func call(t *testing.T, s *Scheduler, sess tools.Session, args string) tools.Result {
