@@ -4,7 +4,8 @@
 // endpoints) mount handlers on.
 //
 // The server listens on admin.listen (default 127.0.0.1:9090); an empty
-// address turns it off while keeping the readiness registry usable.
+// address turns it off while keeping the readiness registry usable;
+// [Check] tells `switchboard check` whether admin.listen is free.
 package admin
 
 import (

@@ -235,15 +235,19 @@ func parseBody(body []byte) (code, typ, msg string) {
 }
 
 // truncate bounds s to maxErrorMessage bytes without splitting a rune.
-func truncate(s string) string {
-	if len(s) <= maxErrorMessage {
+func truncate(s string) string { return cutRunes(s, maxErrorMessage, "…") }
+
+// cutRunes bounds s to n bytes without splitting a rune, marking a cut
+// with ellipsis.
+func cutRunes(s string, n int, ellipsis string) string {
+	if len(s) <= n {
 		return s
 	}
-	cut := maxErrorMessage
+	cut := n
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return s[:cut] + "…"
+	return s[:cut] + ellipsis
 }
 
 // apiError converts an error returned by go-openai into an *APIError, or

@@ -7,6 +7,9 @@
 // The request and response types here are the runtime's own; the go-openai
 // wire types stay inside this package. A scripted, OpenAI-compatible test
 // server lives in [github.com/switchboard-chat/switchboard/llm/llmtest].
+//
+// [Probe] checks an endpoint for `switchboard check`: its model list, then
+// one streaming request offering a tool.
 package llm
 
 import (

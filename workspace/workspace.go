@@ -6,6 +6,9 @@
 // guard of everything that opens workspace files for a caller: it decides
 // on real paths (after symbolic links) with the caller's [Allow], refuses
 // hard-linked files and catches a path swapped between check and open.
+//
+// [Check] tells `switchboard check` whether a folder could serve as the
+// workspace, without creating it.
 package workspace
 
 // Prompt file names, in the order they enter the system prompt.

@@ -19,6 +19,11 @@
 //
 // A [Bus] is opened with [Open] and released with [Bus.Close]; all its
 // methods are safe for concurrent use.
+//
+// For operators, [Config.Check] and [Config.CheckAuth] tell `switchboard
+// check` whether the bus can be had and who may connect, and
+// [Config.WriteContext] writes a nats CLI context with the operator
+// credential (`switchboard bus context`).
 package natsbus
 
 import (

@@ -33,6 +33,9 @@
 // second; a status ("is thinking…" via assistant.threads.setStatus, or a
 // placeholder message where that is unavailable) shows while the agent
 // works. Posting is rate limited per channel, Slack's 429s are waited out.
+//
+// [Check] asks the Web API whether the configured bot token is accepted,
+// for `switchboard check`.
 package slack
 
 import (

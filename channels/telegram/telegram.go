@@ -31,6 +31,9 @@
 //     are saved in the chat's inbox folder inbox/telegram/<chat>/ (private
 //     to that chat) and referenced in the text, voice
 //     notes are transcribed when a [Transcriber] is given.
+//
+// [Check] asks the Bot API whether the configured token is accepted, for
+// `switchboard check`.
 package telegram
 
 import (

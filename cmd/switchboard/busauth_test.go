@@ -219,11 +219,11 @@ func TestBusContextVerb(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		file string
-		want natsContext
+		want natsbus.CLIContext
 	}{
-		{[]string{"--config", plain}, "switchboard.json", natsContext{URL: "nats://127.0.0.1:5222", Token: token}},
-		{[]string{"--config", cfgFile, "--name", "ops.prod"}, "ops.prod.json", natsContext{URL: "nats://127.0.0.1:5222", User: "ops", Password: "pw"}},
-		{[]string{"--config", plain, "--name", "ops.prod"}, "ops.prod.json", natsContext{URL: "nats://127.0.0.1:5222", Token: token}}, // replaced
+		{[]string{"--config", plain}, "switchboard.json", natsbus.CLIContext{URL: "nats://127.0.0.1:5222", Token: token}},
+		{[]string{"--config", cfgFile, "--name", "ops.prod"}, "ops.prod.json", natsbus.CLIContext{URL: "nats://127.0.0.1:5222", User: "ops", Password: "pw"}},
+		{[]string{"--config", plain, "--name", "ops.prod"}, "ops.prod.json", natsbus.CLIContext{URL: "nats://127.0.0.1:5222", Token: token}}, // replaced
 	} {
 		var stdout, stderr bytes.Buffer
 		if err := runBus(t.Context(), append([]string{"context"}, tc.args...), &stdout, &stderr); err != nil {
@@ -237,7 +237,7 @@ func TestBusContextVerb(t *testing.T) {
 		if st.Mode().Perm() != 0o600 {
 			t.Errorf("%s mode %04o, want 0600", path, st.Mode().Perm())
 		}
-		var got natsContext
+		var got natsbus.CLIContext
 		data, _ := os.ReadFile(path)
 		if err := json.Unmarshal(data, &got); err != nil {
 			t.Fatal(err)

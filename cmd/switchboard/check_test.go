@@ -12,10 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats-server/v2/server"
-	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
@@ -291,114 +289,9 @@ func TestCheckAdmin(t *testing.T) {
 	wantLine(t, out, "admin", "OK", "disabled (admin.listen is empty)")
 }
 
-func TestCheckDataDir(t *testing.T) {
-	t.Run("missing is created later, not now", func(t *testing.T) {
-		dir := filepath.Join(t.TempDir(), "a", "b")
-		r := checkDataDir(dir)
-		if r.status != statusOK || !strings.Contains(r.detail, "does not exist yet; it will be created") {
-			t.Fatalf("checkDataDir = %+v", r)
-		}
-		if _, err := os.Stat(filepath.Dir(dir)); !os.IsNotExist(err) {
-			t.Fatalf("check created %s (stat: %v)", filepath.Dir(dir), err)
-		}
-	})
-	t.Run("empty dir", func(t *testing.T) {
-		dir := t.TempDir()
-		r := checkDataDir(dir)
-		if r.status != statusOK || r.detail != dir+" is writable (no history.db yet)" {
-			t.Fatalf("checkDataDir = %+v", r)
-		}
-		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
-			t.Fatalf("check left files behind: %v", entries)
-		}
-	})
-	t.Run("not a directory", func(t *testing.T) {
-		file := filepath.Join(t.TempDir(), "f")
-		if err := os.WriteFile(file, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if r := checkDataDir(file); r.status != statusFail || r.detail != file+" is not a directory" {
-			t.Fatalf("checkDataDir(file) = %+v", r)
-		}
-		if r := checkDataDir(filepath.Join(file, "sub")); r.status != statusFail || !strings.Contains(r.detail, "cannot be created: "+file+" is not a directory") {
-			t.Fatalf("checkDataDir(file/sub) = %+v", r)
-		}
-	})
-	t.Run("not writable", func(t *testing.T) {
-		if os.Geteuid() == 0 {
-			t.Skip("root can write to any directory")
-		}
-		dir := filepath.Join(t.TempDir(), "ro")
-		if err := os.Mkdir(dir, 0o500); err != nil {
-			t.Fatal(err)
-		}
-		if r := checkDataDir(dir); r.status != statusFail || !strings.Contains(r.detail, "is not writable") {
-			t.Fatalf("checkDataDir(read-only) = %+v", r)
-		}
-		if r := checkDataDir(filepath.Join(dir, "sub")); r.status != statusFail || !strings.Contains(r.detail, "cannot be created") {
-			t.Fatalf("checkDataDir(read-only/sub) = %+v", r)
-		}
-	})
-	t.Run("history.db free", func(t *testing.T) {
-		dir := t.TempDir()
-		db, err := bolt.Open(filepath.Join(dir, historyFile), 0o600, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := db.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if r := checkDataDir(dir); r.status != statusOK || r.detail != dir+" is writable; history.db is not in use" {
-			t.Fatalf("checkDataDir = %+v", r)
-		}
-	})
-	t.Run("history.db locked", func(t *testing.T) {
-		dir := t.TempDir()
-		db, err := bolt.Open(filepath.Join(dir, historyFile), 0o600, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close()
-		r := checkDataDir(dir)
-		if r.status != statusFail || !strings.Contains(r.detail, "history.db is locked by another process: is the daemon running?") {
-			t.Fatalf("checkDataDir(locked) = %+v", r)
-		}
-	})
-	t.Run("history.db corrupt", func(t *testing.T) {
-		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, historyFile), bytes.Repeat([]byte("x"), 8192), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if r := checkDataDir(dir); r.status != statusFail || !strings.Contains(r.detail, "history.db cannot be opened: ") {
-			t.Fatalf("checkDataDir(corrupt) = %+v", r)
-		}
-	})
-}
-
+// TestCheckWorkspace: a workspace that is a file fails the check (the
+// check itself is tested in package workspace).
 func TestCheckWorkspace(t *testing.T) {
-	dir := t.TempDir()
-	for _, name := range []string{"AGENT.md", "USER.md"} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte("# "+name), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "RULE.md"), nil, 0o600); err != nil { // empty is fine
-		t.Fatal(err)
-	}
-	r := checkWorkspace(dir)
-	want := dir + " is writable; readable: AGENT.md, USER.md, RULE.md; not present: MEMORY.md"
-	if r.status != statusOK || r.detail != want {
-		t.Fatalf("checkWorkspace = %+v, want OK %q", r, want)
-	}
-
-	if err := os.Mkdir(filepath.Join(dir, "MEMORY.md"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	r = checkWorkspace(dir)
-	if r.status != statusFail || !strings.Contains(r.detail, filepath.Join(dir, "MEMORY.md")+" is not readable: ") {
-		t.Fatalf("checkWorkspace(MEMORY.md is a directory) = %+v", r)
-	}
-
 	file := filepath.Join(t.TempDir(), "ws")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -472,18 +365,4 @@ func TestCheckDefaultConfigPath(t *testing.T) {
 		t.Fatalf("runCheck() with ./config.yaml = %d:\n%s", code, out.String())
 	}
 	wantLine(t, out.String(), "config", "OK", "./config.yaml is valid")
-}
-
-func TestBodyHint(t *testing.T) {
-	if got := bodyHint(nil); got != "" {
-		t.Errorf("bodyHint(nil) = %q", got)
-	}
-	long := strings.Repeat("é", 150)
-	got := bodyHint([]byte(long))
-	if !strings.HasSuffix(got, "...") || len(got) > 2+200+3 || !utf8.ValidString(got) {
-		t.Errorf("bodyHint(long) = %q, want valid UTF-8 of at most 200 bytes and an ellipsis", got)
-	}
-	if got := bodyHint([]byte("  a\n\tb ")); got != ": a b" {
-		t.Errorf("bodyHint(spaces) = %q, want \": a b\"", got)
-	}
 }

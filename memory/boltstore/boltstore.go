@@ -14,6 +14,11 @@
 // delay and commits at once. Reads walk a reverse cursor from a session's
 // last message and stop at the context start or after the requested number
 // of whole turns, so loading never scans the whole history.
+//
+// The file is [FileName] in data_dir. For the operator, on a stopped
+// daemon, [History] runs the `switchboard history` verbs (list, export,
+// reset, compact) and [CheckDataDir] tells `switchboard check` whether
+// data_dir is usable and the file not held by a running daemon.
 package boltstore
 
 import (

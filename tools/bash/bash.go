@@ -30,6 +30,9 @@
 // At most tools.bash.max_jobs are kept, and only the user who started a
 // job may poll or kill it. When [Shell.Run] returns, every job has been
 // killed and reaped.
+//
+// [Check] reports, for `switchboard check`, whether the configured sandbox
+// can be had.
 package bash
 
 import (
