@@ -2,7 +2,10 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"time"
 
 	"github.com/switchboard-chat/switchboard/internal/health"
 )
@@ -22,4 +25,30 @@ func Check(ctx context.Context, cfg Config) health.Result {
 	}
 	r.Status, r.Detail = health.OK, fmt.Sprintf("%s is free to bind", cfg.Listen)
 	return r
+}
+
+// ErrHealthURL is what [Healthy] wraps when the URL itself is unusable (a
+// usage error, not an unhealthy daemon).
+var ErrHealthURL = errors.New("unusable health URL")
+
+// Healthy asks url (the daemon's /healthz) whether the daemon is alive,
+// within 3 s: nil on 200, else an error that says what answered. It is
+// `switchboard healthcheck`, which the container image runs, since the
+// image has no shell or curl.
+func Healthy(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrHealthURL, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s answered %d", url, resp.StatusCode)
+	}
+	return nil
 }

@@ -121,3 +121,37 @@ func endpointFailure(ctx context.Context, err error) bool {
 	}
 	return true
 }
+
+// Open returns the model client of cfg: the primary endpoint, wrapped in a
+// Failover over cfg.Fallbacks when any are configured (each fallback is
+// the primary's settings with its own base_url, api_key and model where
+// it sets them). A nil log discards.
+func Open(cfg Config, log *slog.Logger) (Streamer, error) {
+	primary, err := New(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.Fallbacks) == 0 {
+		return primary, nil
+	}
+	var fbs []Streamer
+	for i, f := range cfg.Fallbacks {
+		c := cfg
+		c.Fallbacks = nil
+		if f.BaseURL != "" {
+			c.BaseURL = f.BaseURL
+		}
+		if f.APIKey != "" {
+			c.APIKey = f.APIKey
+		}
+		if f.Model != "" {
+			c.Model = f.Model
+		}
+		fb, err := New(c, log)
+		if err != nil {
+			return nil, fmt.Errorf("llm.fallbacks[%d]: %w", i, err)
+		}
+		fbs = append(fbs, fb)
+	}
+	return NewFailover(log, cfg.FallbackCooldown, primary, fbs...), nil
+}

@@ -331,6 +331,19 @@ func (b *Bus) ClientURL() string { return b.clientURL }
 // Embedded reports whether the bus runs its own nats-server in-process.
 func (b *Bus) Embedded() bool { return b.ns != nil }
 
+// Describe says what the bus is, for the daemon's start-up line: "embedded,
+// listening on nats://host:port", "embedded, in-process only", or the
+// external URL with its credentials redacted.
+func (b *Bus) Describe() string {
+	switch {
+	case b.clientURL == "":
+		return "embedded, in-process only"
+	case b.Embedded():
+		return "embedded, listening on " + b.clientURL
+	}
+	return bus.RedactURL(b.clientURL)
+}
+
 // Publish publishes data on subject through JetStream and waits for the
 // stream's acknowledgement (bounded by ctx). A non-empty msgID is sent as the
 // Nats-Msg-Id header; a publish the stream recognises as a duplicate within

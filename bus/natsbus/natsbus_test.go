@@ -633,3 +633,24 @@ func TestFloodDoesNotFillAckPending(t *testing.T) {
 		t.Errorf("MaxAckPending %d leaves room for fewer than 4 flooding chats (%d each)", natsbus.MaxAckPending, natsbus.InMaxMsgsPerSubject)
 	}
 }
+
+// TestDescribe: the start-up line says what the bus is, and never shows a
+// credential of an external URL.
+func TestDescribe(t *testing.T) {
+	if got := open(t, inProcessConfig(), t.TempDir()).Describe(); got != "embedded, in-process only" {
+		t.Errorf("in-process: %q", got)
+	}
+	cfg := natsbus.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Admin.Token = "operator-secret"
+	embedded := open(t, cfg, t.TempDir())
+	if got := embedded.Describe(); got != "embedded, listening on "+embedded.ClientURL() || !strings.HasPrefix(embedded.ClientURL(), "nats://127.0.0.1:") {
+		t.Errorf("embedded listener: %q", got)
+	}
+	ext := natsbus.DefaultConfig()
+	ext.URL = strings.Replace(embedded.ClientURL(), "nats://", "nats://operator-secret@", 1)
+	external := open(t, ext, t.TempDir())
+	if got := external.Describe(); strings.Contains(got, "operator-secret") || !strings.Contains(got, strings.TrimPrefix(embedded.ClientURL(), "nats://")) {
+		t.Errorf("external: %q (credential shown, or the host missing)", got)
+	}
+}

@@ -200,3 +200,21 @@ func loopbackHost(host string) bool {
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.WithZone("").IsLoopback()
 }
+
+// WithOperatorToken returns the configuration the daemon opens: when the
+// embedded server listens on TCP and bus.admin is not configured, bus.admin
+// becomes the token of [OperatorTokenFile] in dataDir, created at the first
+// start ([OperatorToken]), so that no client ever connects anonymously and
+// the operator's verbs find it. created reports that the file was made now;
+// path is empty when no file is used.
+func (c Config) WithOperatorToken(dataDir string) (cfg Config, path string, created bool, err error) {
+	if c.URL != "" || c.Listen == "" || c.Admin.Set() {
+		return c, "", false, nil
+	}
+	token, created, err := OperatorToken(dataDir)
+	if err != nil {
+		return c, "", false, err
+	}
+	c.Admin.Token = token
+	return c, OperatorTokenPath(dataDir), created, nil
+}

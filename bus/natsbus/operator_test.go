@@ -104,3 +104,33 @@ func writeFile(t *testing.T, path, data string, mode os.FileMode) {
 		t.Fatal(err)
 	}
 }
+
+// TestWithOperatorToken: the daemon's embedded TCP listener without
+// bus.admin gets the generated credential; an in-process bus, an external
+// bus and a configured bus.admin are left as they are.
+func TestWithOperatorToken(t *testing.T) {
+	dir := t.TempDir()
+	cfg := natsbus.DefaultConfig()
+	cfg.Listen = "127.0.0.1:4222"
+	got, path, created, err := cfg.WithOperatorToken(dir)
+	if err != nil || !created || path != natsbus.OperatorTokenPath(dir) {
+		t.Fatalf("WithOperatorToken = %q, %v, %v", path, created, err)
+	}
+	token, err := natsbus.ReadOperatorToken(dir)
+	if err != nil || got.Admin.Token != token {
+		t.Fatalf("bus.admin.token = %q, want the file's %q (%v)", got.Admin.Token, token, err)
+	}
+	if again, _, created, err := cfg.WithOperatorToken(dir); err != nil || created || again.Admin.Token != token {
+		t.Errorf("second start: created %v, token %q, %v; want the same token", created, again.Admin.Token, err)
+	}
+	for name, c := range map[string]natsbus.Config{
+		"in-process": func() natsbus.Config { c := cfg; c.Listen = ""; return c }(),
+		"external":   func() natsbus.Config { c := cfg; c.URL = "nats://example.net:4222"; return c }(),
+		"bus.admin":  func() natsbus.Config { c := cfg; c.Admin.Token = "mine"; return c }(),
+	} {
+		out, path, created, err := c.WithOperatorToken(t.TempDir())
+		if err != nil || path != "" || created || out.Admin != c.Admin {
+			t.Errorf("%s: WithOperatorToken changed the config (admin %+v, path %q, created %v, %v)", name, out.Admin, path, created, err)
+		}
+	}
+}

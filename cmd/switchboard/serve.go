@@ -15,7 +15,6 @@ import (
 
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/agent"
-	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
 	"github.com/switchboard-chat/switchboard/channels"
 	"github.com/switchboard-chat/switchboard/llm"
@@ -24,6 +23,7 @@ import (
 	"github.com/switchboard-chat/switchboard/memory/longterm"
 	"github.com/switchboard-chat/switchboard/metrics"
 	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools/toolset"
 	"github.com/switchboard-chat/switchboard/workspace"
 )
 
@@ -96,9 +96,12 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	store := metrics.Store{Store: bolt, M: mx, Fails: &memory.FailureLog{Log: log}, Fault: testStoreFault}
 	adm.SetReady(compStore, nil)
 
-	busCfg, err := withOperatorCredential(cfg, log)
+	busCfg, tokenPath, created, err := cfg.Bus.WithOperatorToken(cfg.DataDir)
 	if err != nil {
 		return err
+	}
+	if tokenPath != "" {
+		log.Info("bus operator credential", "path", tokenPath, "created", created)
 	}
 	b, err := natsbus.Open(ctx, busCfg, filepath.Join(cfg.DataDir, "jetstream"), log)
 	if err != nil {
@@ -107,7 +110,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	defer b.Close()
 	adm.SetReady(compBus, b.Ready(ctx))
 
-	client, err := buildModel(cfg.LLM, log)
+	client, err := llm.Open(cfg.LLM, log)
 	if err != nil {
 		return err
 	}
@@ -123,7 +126,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return err
 	}
 	defer mem.Close()
-	built, runTools, err := buildTools(cfg, ws, b, log, privacy{guard: mem.Guard, private: mem.Private}, mem.Tools()...)
+	built, err := toolset.Open(toolset.Config{Tools: cfg.Tools, MCP: cfg.MCP, SubjectPrefix: cfg.Bus.SubjectPrefix,
+		DataDir: cfg.DataDir, Version: version}, ws, b, log,
+		toolset.Privacy{Guard: mem.Guard, Private: mem.Private, Public: longterm.Public}, mem.Tools()...)
 	if err != nil {
 		return err
 	}
@@ -137,7 +142,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		cancel()
 		_ = g.Wait()
 	}()
-	g.Go(func() error { return runTools(toolsCtx) })
+	g.Go(func() error { return built.Run(toolsCtx) })
 	g.Go(func() error { return mem.Run(toolsCtx) })
 	g.Go(func() error {
 		return boltstore.Pruner{Store: bolt, Retention: cfg.Memory.RetentionPeriod(), Log: log}.Run(gctx)
@@ -157,7 +162,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	if err != nil {
 		return err
 	}
-	registerGauges(mx, mgr, b)
+	mx.Runtime(mgr, b)
 	g.Go(func() error {
 		err := mgr.Run(gctx)
 		stopTools()
@@ -172,7 +177,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return nil
 	})
 	adm.SetReady(compAgent, nil)
-	log.Info("switchboard is running", "bus", busDescription(b), "admin", cfg.Admin.Listen,
+	log.Info("switchboard is running", "bus", b.Describe(), "admin", cfg.Admin.Listen,
 		"model", cfg.LLM.Model, "workspace", ws.Dir(), "startup", time.Since(t0).Round(time.Microsecond))
 	if onStart != nil {
 		onStart(started{Bus: b, Admin: adm})
@@ -225,85 +230,4 @@ func summarizer(cfg llm.Config, model agent.Model) agent.Summarizer {
 		return nil
 	}
 	return agent.ModelSummarizer{Model: model}
-}
-
-// withOperatorCredential returns the bus configuration to open: when the
-// embedded server listens on TCP and bus.admin is not configured, the
-// operators' token is the one of data_dir/bus-operator.token, created at the
-// first start (natsbus.OperatorToken), so that no client ever connects
-// anonymously and `switchboard chat`, `bus tail` and `bus context` find it.
-func withOperatorCredential(cfg Config, log *slog.Logger) (natsbus.Config, error) {
-	bc := cfg.Bus
-	if bc.URL != "" || bc.Listen == "" || bc.Admin.Set() {
-		return bc, nil
-	}
-	token, created, err := natsbus.OperatorToken(cfg.DataDir)
-	if err != nil {
-		return bc, err
-	}
-	bc.Admin.Token = token
-	log.Info("bus operator credential", "path", natsbus.OperatorTokenPath(cfg.DataDir), "created", created)
-	return bc, nil
-}
-
-// registerGauges adds the gauges read at scrape time.
-func registerGauges(mx *metrics.Metrics, mgr *agent.Manager, b *natsbus.Bus) {
-	mx.Gauge("switchboard_active_sessions", "Session goroutines alive.", func() float64 { return float64(mgr.ActiveSessions()) })
-	mx.Gauge("switchboard_queued_messages", "Messages waiting in session queues.", func() float64 { return float64(mgr.Queued()) })
-	stat := func(f func(natsbus.ConsumerStats) float64) func() float64 {
-		return func() float64 {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			st, err := b.ConsumerStats(ctx)
-			if err != nil {
-				return -1
-			}
-			return f(st)
-		}
-	}
-	mx.Gauge("switchboard_jetstream_pending_messages", "Inbound messages in JetStream not yet delivered to the runtime (-1: unknown).",
-		stat(func(s natsbus.ConsumerStats) float64 { return float64(s.Pending) }))
-	mx.Gauge("switchboard_jetstream_ack_pending_messages", "Inbound messages delivered but not yet acknowledged (-1: unknown).",
-		stat(func(s natsbus.ConsumerStats) float64 { return float64(s.AckPending) }))
-	mx.Gauge("switchboard_jetstream_redelivered_messages", "Inbound messages delivered more than once and not yet acknowledged (-1: unknown).",
-		stat(func(s natsbus.ConsumerStats) float64 { return float64(s.Redelivered) }))
-}
-
-// buildModel returns the model client: the primary endpoint, wrapped in a
-// failover over llm.fallbacks when any are configured.
-func buildModel(cfg llm.Config, log *slog.Logger) (agent.Model, error) {
-	primary, err := llm.New(cfg, log)
-	if err != nil || len(cfg.Fallbacks) == 0 {
-		return primary, err
-	}
-	var fbs []llm.Streamer
-	for i, f := range cfg.Fallbacks {
-		c := cfg
-		c.Fallbacks = nil
-		if f.BaseURL != "" {
-			c.BaseURL = f.BaseURL
-		}
-		if f.APIKey != "" {
-			c.APIKey = f.APIKey
-		}
-		if f.Model != "" {
-			c.Model = f.Model
-		}
-		fb, err := llm.New(c, log)
-		if err != nil {
-			return nil, fmt.Errorf("llm.fallbacks[%d]: %w", i, err)
-		}
-		fbs = append(fbs, fb)
-	}
-	return llm.NewFailover(log, cfg.FallbackCooldown, primary, fbs...), nil
-}
-
-func busDescription(b *natsbus.Bus) string {
-	if u := b.ClientURL(); u != "" {
-		if b.Embedded() {
-			return "embedded, listening on " + u
-		}
-		return bus.RedactURL(u)
-	}
-	return "embedded, in-process only"
 }

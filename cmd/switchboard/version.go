@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"runtime"
 	"runtime/debug"
-	"time"
+
+	"github.com/switchboard-chat/switchboard/admin"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3";
@@ -72,21 +73,11 @@ func runHealthcheck(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		*url = "http://" + cfg.Admin.Listen + "/healthz"
 	}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, *url, nil)
-	if err != nil {
+	if err := admin.Healthy(ctx, *url); err != nil {
 		fmt.Fprintln(stderr, "switchboard: healthcheck:", err)
-		return 2
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		fmt.Fprintln(stderr, "switchboard: healthcheck:", err)
-		return 1
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		fmt.Fprintf(stderr, "switchboard: healthcheck: %s answered %d\n", *url, resp.StatusCode)
+		if errors.Is(err, admin.ErrHealthURL) {
+			return 2
+		}
 		return 1
 	}
 	fmt.Fprintln(stdout, "ok")

@@ -34,3 +34,10 @@ func TestHealthcheckVerb(t *testing.T) {
 		t.Fatalf("down: exit %d", code)
 	}
 }
+
+func TestHealthcheckBadURL(t *testing.T) {
+	var out bytes.Buffer
+	if code := run(t.Context(), []string{"healthcheck", "--url", "http://[::1"}, nil, &out, &out); code != 2 || !strings.Contains(out.String(), "unusable health URL") {
+		t.Fatalf("a broken URL: exit %d (want 2): %s", code, out.String())
+	}
+}

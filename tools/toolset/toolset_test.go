@@ -1,4 +1,4 @@
-package main
+package toolset_test
 
 import (
 	"context"
@@ -12,20 +12,20 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	"go.uber.org/goleak"
 
-	"github.com/switchboard-chat/switchboard/agent"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
 	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools/mcp"
+	"github.com/switchboard-chat/switchboard/tools/toolset"
 	"github.com/switchboard-chat/switchboard/workspace"
 )
 
-// The toolbox is what the agent takes, and the bus is what the tools
-// publish through.
-var (
-	_ agent.Toolbox  = (*tools.Toolbox)(nil)
-	_ toolsPublisher = (*natsbus.Bus)(nil)
-)
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The bus is what the tools publish through.
+var _ toolset.Publisher = (*natsbus.Bus)(nil)
 
 type recordingPublisher struct {
 	mu   sync.Mutex
@@ -39,11 +39,11 @@ func (p *recordingPublisher) Publish(_ context.Context, subject string, _ []byte
 	return nil
 }
 
-func toolsTestSetup(t *testing.T) (Config, *workspace.Workspace) {
+func toolsTestSetup(t *testing.T) (toolset.Config, *workspace.Workspace) {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := defaultConfig()
-	cfg.DataDir = filepath.Join(dir, "data")
+	cfg := toolset.Config{Tools: tools.DefaultConfig(), MCP: mcp.DefaultConfig(),
+		SubjectPrefix: natsbus.DefaultConfig().SubjectPrefix, DataDir: filepath.Join(dir, "data"), Version: "test"}
 	ws, err := workspace.Open(filepath.Join(dir, "ws"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -53,11 +53,11 @@ func toolsTestSetup(t *testing.T) (Config, *workspace.Workspace) {
 }
 
 // runTools runs the tool layer until the test ends.
-func runTools(t *testing.T, run func(context.Context) error) {
+func runTools(t *testing.T, set *toolset.Set) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- run(ctx) }()
+	go func() { done <- set.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -66,14 +66,14 @@ func runTools(t *testing.T, run func(context.Context) error) {
 	})
 }
 
-func TestBuildToolsWiring(t *testing.T) {
+func TestOpenWiring(t *testing.T) {
 	cfg, ws := toolsTestSetup(t)
 	extra := &namedTool{name: "memory_search"}
-	built, run, err := buildTools(cfg, ws, &recordingPublisher{}, nil, privacy{}, extra)
+	built, err := toolset.Open(cfg, ws, &recordingPublisher{}, nil, toolset.Privacy{}, extra)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runTools(t, run)
+	runTools(t, built)
 	tb := built.Toolbox
 	want := []string{"read_file", "write_file", "edit_file", "list_dir", "search_files", "web_fetch", "send_message", "schedule", "memory_search"}
 	if got := tb.Names(); !slices.Equal(got, want) {
@@ -114,16 +114,16 @@ func TestBuildToolsWiring(t *testing.T) {
 	}
 }
 
-func TestBuildToolsOptions(t *testing.T) {
+func TestOpenOptions(t *testing.T) {
 	cfg, ws := toolsTestSetup(t)
 	cfg.Tools.Disabled = []string{"web_*", "schedule"}
 	cfg.Tools.Bash.Enabled = true
 	cfg.Tools.Bash.AllowUsers = []string{"console:u1"}
-	built, run, err := buildTools(cfg, ws, &recordingPublisher{}, nil, privacy{})
+	built, err := toolset.Open(cfg, ws, &recordingPublisher{}, nil, toolset.Privacy{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	runTools(t, run)
+	runTools(t, built)
 	names := built.Toolbox.Names()
 	if !slices.Contains(names, "bash") || slices.Contains(names, "web_fetch") || slices.Contains(names, "schedule") {
 		t.Errorf("tools = %v", names)
@@ -143,21 +143,21 @@ func TestBuildToolsOptions(t *testing.T) {
 	}
 }
 
-func TestBuildToolsErrors(t *testing.T) {
+func TestOpenErrors(t *testing.T) {
 	cfg, ws := toolsTestSetup(t)
 	cfg.Tools.Bash.Enabled = true
 	cfg.Tools.Bash.Sandbox = "nonsense"
-	if _, _, err := buildTools(cfg, ws, &recordingPublisher{}, nil, privacy{}); err == nil {
+	if _, err := toolset.Open(cfg, ws, &recordingPublisher{}, nil, toolset.Privacy{}); err == nil {
 		t.Fatal("bad sandbox accepted")
 	}
 	// Nothing was left open: the database can be opened again at once.
-	db, err := bolt.Open(filepath.Join(cfg.DataDir, toolsDBFile), 0o600, &bolt.Options{Timeout: time.Second})
+	db, err := bolt.Open(filepath.Join(cfg.DataDir, toolset.DBFile), 0o600, &bolt.Options{Timeout: time.Second})
 	if err != nil {
 		t.Fatalf("tools.db still locked after a failed build: %v", err)
 	}
 	_ = db.Close()
 	cfg, ws = toolsTestSetup(t)
-	if _, _, err := buildTools(cfg, ws, &recordingPublisher{}, nil, privacy{}, &namedTool{name: "read_file"}); err == nil {
+	if _, err := toolset.Open(cfg, ws, &recordingPublisher{}, nil, toolset.Privacy{}, &namedTool{name: "read_file"}); err == nil {
 		t.Error("an extra tool with a built-in's name was accepted")
 	}
 }
@@ -166,8 +166,9 @@ func TestBuildToolsErrors(t *testing.T) {
 // that publishing the same run again is dropped by JetStream.
 func TestScheduleOverNATS(t *testing.T) {
 	cfg, ws := toolsTestSetup(t)
-	cfg.Bus.Listen = ""
-	b, err := natsbus.Open(t.Context(), cfg.Bus, filepath.Join(cfg.DataDir, "jetstream"), nil)
+	bc := natsbus.DefaultConfig()
+	bc.Listen = ""
+	b, err := natsbus.Open(t.Context(), bc, filepath.Join(cfg.DataDir, "jetstream"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,11 +183,11 @@ func TestScheduleOverNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = out.Unsubscribe() }()
-	built, run, err := buildTools(cfg, ws, b, nil, privacy{})
+	built, err := toolset.Open(cfg, ws, b, nil, toolset.Privacy{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	runTools(t, run)
+	runTools(t, built)
 	sess := tools.Session{Key: "console/c1", Speaker: bus.Speaker{Channel: "console", ChatID: "c1", UserID: "u1"}}
 	r := built.Toolbox.Run(t.Context(), "schedule", tools.Call{Args: json.RawMessage(`{"action":"create","prompt":"say hi","at":"+1s"}`), Session: sess})
 	if r.IsError {
