@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/switchboard-chat/switchboard/agent/loop"
 )
 
 // Command names.
@@ -55,7 +57,7 @@ func parseCommand(text string) command {
 // status describes the session for /status. Called from the session goroutine.
 func (s *session) status() string {
 	m := s.m
-	turns := len(turnStarts(s.history))
+	turns := len(loop.TurnStarts(s.history))
 	model := m.opt.ModelName
 	if model == "" {
 		model = "(unknown)"

@@ -7,10 +7,12 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/switchboard-chat/switchboard/agent/loop"
 )
 
 // SubagentToolPrefix starts the tool name of every sub-agent.
-const SubagentToolPrefix = "agent-"
+const SubagentToolPrefix = loop.SubagentToolPrefix
 
 var subagentName = regexp.MustCompile(`^[a-z0-9_-]{1,50}$`)
 

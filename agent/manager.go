@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nuid"
 
+	"github.com/switchboard-chat/switchboard/agent/loop"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/internal/failpoint"
 	"github.com/switchboard-chat/switchboard/memory"
@@ -29,6 +30,10 @@ const (
 	maxHeldPerSession = 64
 	// maxDeferSteps caps a hand-back's delay at this many DeferDelays.
 	maxDeferSteps = 30
+	// A running turn's /steer inbox holds at most maxSteerItems texts of
+	// at most maxSteerChars characters each.
+	maxSteerItems = 16
+	maxSteerChars = 8000
 )
 
 // MetaAnsweredBy is the outbound meta key of the empty final of a message
@@ -113,7 +118,7 @@ type Manager struct {
 	cfg   Config
 	opt   Options
 	deps  Deps
-	exec  *Executor
+	exec  *loop.Executor
 	log   *slog.Logger
 	sem   chan struct{}
 	start time.Time
@@ -164,16 +169,10 @@ func NewManager(cfg Config, opt Options, deps Deps) (*Manager, error) {
 		deps.Observer = nopObserver{}
 	}
 	return &Manager{
-		cfg:  cfg,
-		opt:  opt,
-		deps: deps,
-		exec: NewExecutor(deps.Model, deps.Tools, ExecOptions{
-			ModelName: opt.ModelName, Temperature: opt.Temperature, MaxSteps: cfg.MaxSteps,
-			ExtraAttempts: cfg.ExtraAttempts, MaxRollbacks: cfg.MaxConsecutiveRollbacks, KeepToolResults: cfg.KeepToolResults,
-			ContextWindow: opt.ContextWindow, MaxOutputTokens: opt.MaxOutputTokens, ToolTimeout: opt.ToolTimeout,
-			Subagents: subagents(cfg.Subagents, opt.ReadFile), SubagentDepth: cfg.SubagentDepth, SubagentConcurrency: cfg.SubagentConcurrency,
-			Observer: deps.Observer,
-		}, log),
+		cfg:         cfg,
+		opt:         opt,
+		deps:        deps,
+		exec:        loop.New(deps.Model, deps.Tools, loopOptions(cfg, opt, deps.Observer), log),
 		log:         log.With("component", "agent"),
 		sem:         make(chan struct{}, cfg.MaxConcurrentTurns),
 		start:       opt.Now(),
@@ -221,9 +220,21 @@ func (m *Manager) Run(ctx context.Context) error {
 	return nil
 }
 
-// subagents resolves the configured sub-agents for the executor.
-func subagents(cfgs map[string]SubagentConfig, read func(string) (string, error)) map[string]Subagent {
-	out := make(map[string]Subagent, len(cfgs))
+// loopOptions are the loop's settings from the agent's.
+func loopOptions(cfg Config, opt Options, obs Observer) loop.Options {
+	return loop.Options{
+		ModelName: opt.ModelName, Temperature: opt.Temperature,
+		Limits: loop.Limits{MaxSteps: cfg.MaxSteps, ExtraAttempts: cfg.ExtraAttempts, MaxRollbacks: cfg.MaxConsecutiveRollbacks,
+			KeepToolResults: cfg.KeepToolResults, ToolTimeout: opt.ToolTimeout,
+			ContextWindow: opt.ContextWindow, MaxOutputTokens: opt.MaxOutputTokens},
+		Subagents: loop.Subagents{Agents: subagents(cfg.Subagents, opt.ReadFile), Depth: cfg.SubagentDepth, Concurrency: cfg.SubagentConcurrency},
+		Observer:  obs,
+	}
+}
+
+// subagents resolves the configured sub-agents for the loop.
+func subagents(cfgs map[string]SubagentConfig, read func(string) (string, error)) map[string]loop.Subagent {
+	out := make(map[string]loop.Subagent, len(cfgs))
 	for name, sc := range cfgs {
 		prompt := func() (string, error) { return sc.Prompt, nil }
 		if sc.PromptFile != "" {
@@ -235,7 +246,7 @@ func subagents(cfgs map[string]SubagentConfig, read func(string) (string, error)
 				return read(file)
 			}
 		}
-		out[name] = Subagent{Description: sc.Description, Prompt: prompt, Tools: sc.Tools, MaxSteps: sc.MaxSteps, Model: sc.Model, Timeout: sc.Timeout}
+		out[name] = loop.Subagent{Description: sc.Description, Prompt: prompt, Tools: sc.Tools, MaxSteps: sc.MaxSteps, Model: sc.Model, Timeout: sc.Timeout}
 	}
 	return out
 }

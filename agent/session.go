@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/agent/loop"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/tools"
@@ -219,7 +220,7 @@ func (s *session) stop() bool {
 	if s.cancel == nil {
 		return false
 	}
-	s.cancel(errUserStop)
+	s.cancel(loop.ErrStopped)
 	return true
 }
 
@@ -379,7 +380,7 @@ func (s *session) turn(ctx context.Context, batch []item) {
 	for i, it := range batch {
 		users[i] = userMessage(it.in, now)
 		users[i].TurnStart = i == 0 // one turn answers them all
-		userTokens += estimateTokens(&users[i])
+		userTokens += loop.EstimateTokens(&users[i])
 	}
 	system, err := buildPrompt(m.deps.Prompts, m.exec.Tools(), s.summary(), m.skillsSection(), mem, facts)
 	if err != nil {
@@ -387,7 +388,7 @@ func (s *session) turn(ctx context.Context, batch []item) {
 		m.deliver(ctx, s.key, collectedFinals(batch, bus.KindError, "Sorry, I could not read my workspace files. The operator can find details in the log.", 1), nil, false)
 		return
 	}
-	b := budget(m.cfg.MaxContextTokens, m.opt.ContextWindow, m.opt.MaxOutputTokens, textTokens(system)+userTokens)
+	b := budget(m.cfg.MaxContextTokens, m.opt.ContextWindow, m.opt.MaxOutputTokens, loop.TextTokens(system)+userTokens)
 	kept, dropped := fitContext(s.history, m.cfg.MaxContextTurns-1, b)
 	if len(dropped) > 0 {
 		s.history = kept
@@ -401,7 +402,7 @@ func (s *session) turn(ctx context.Context, batch []item) {
 	s.mu.Lock()
 	s.cancel, s.steer, s.steerOpen = cancel, nil, true
 	s.mu.Unlock()
-	res, err := m.exec.Run(tctx, TurnInput{
+	res, err := m.exec.Run(tctx, loop.Input{
 		System:    system,
 		History:   kept,
 		User:      users[0],
@@ -417,7 +418,7 @@ func (s *session) turn(ctx context.Context, batch []item) {
 	s.cancel, s.steer, s.steerOpen = nil, nil, false
 	s.mu.Unlock()
 	cancel(nil)
-	if errors.Is(err, ErrAborted) {
+	if errors.Is(err, loop.ErrAborted) {
 		log.Info("turn aborted; the message will be redelivered", "err", err)
 		for _, it := range batch {
 			m.untrack(it.d)
@@ -522,7 +523,7 @@ func (s *session) noteConversation(ctx context.Context) {
 	mem := s.m.deps.Memory
 	turns := s.unnoted
 	s.unnoted = nil
-	if mem == nil || len(turnStarts(turns)) == 0 || s.speaker.Channel == "" {
+	if mem == nil || len(loop.TurnStarts(turns)) == 0 || s.speaker.Channel == "" {
 		return
 	}
 	speaker, m := s.speaker, s.m
@@ -555,7 +556,7 @@ func (s *session) compact(ctx context.Context) {
 	if !ok {
 		return
 	}
-	if err := c.Compact(ctx, s.key, s.summary(), len(turnStarts(s.history))); err != nil {
+	if err := c.Compact(ctx, s.key, s.summary(), len(loop.TurnStarts(s.history))); err != nil {
 		s.m.log.Warn("could not store the compacted context", "session", s.key, "err", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/agent/loop"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory"
 )
@@ -47,9 +48,9 @@ func (s ModelSummarizer) Summarize(ctx context.Context, session, previous string
 		case m.Role == memory.RoleTool || text == "":
 			continue
 		case m.Role == memory.RoleUser:
-			fmt.Fprintf(&b, "[%s] user: %s\n", m.Time.Format("2006-01-02 15:04"), truncateMiddle(text, 2000))
+			fmt.Fprintf(&b, "[%s] user: %s\n", m.Time.Format("2006-01-02 15:04"), loop.TruncateMiddle(text, 2000))
 		default:
-			fmt.Fprintf(&b, "[%s] assistant: %s\n", m.Time.Format("2006-01-02 15:04"), truncateMiddle(text, 2000))
+			fmt.Fprintf(&b, "[%s] assistant: %s\n", m.Time.Format("2006-01-02 15:04"), loop.TruncateMiddle(text, 2000))
 		}
 	}
 	zero := float32(0)
@@ -62,11 +63,11 @@ func (s ModelSummarizer) Summarize(ctx context.Context, session, previous string
 	if err != nil {
 		return "", fmt.Errorf("agent: summarize %s: %w", session, err)
 	}
-	out := strings.TrimSpace(stripThink(resp.Text))
+	out := strings.TrimSpace(loop.StripThink(resp.Text))
 	if out == "" {
 		return "", fmt.Errorf("agent: summarize %s: the model returned nothing", session)
 	}
-	return truncateMiddle(out, maxSummaryBytes), nil
+	return loop.TruncateMiddle(out, maxSummaryBytes), nil
 }
 
 // summaryStore is the optional store capability of saving a summary alone.
@@ -162,7 +163,7 @@ func (s *session) applySummary(ctx context.Context, base, sum string) {
 // the digest), durably. It returns the text for the user.
 func (s *session) compactNow(ctx context.Context) string {
 	const keep = 2
-	starts := turnStarts(s.history)
+	starts := loop.TurnStarts(s.history)
 	if len(starts) <= keep {
 		return fmt.Sprintf("Nothing to compact: the context holds %d turn(s).", len(starts))
 	}
