@@ -294,3 +294,19 @@ func (e *Executor) Run(ctx context.Context, in Input) (Result, error) {
 	}
 	return t.res, nil
 }
+
+// newTurn starts a run: a user turn, or a sub-agent whose tools allow admits.
+func (e *Executor) newTurn(in Input, spec runSpec, allow func(string) bool) *turn {
+	ts := e.toolSet(allow, spec.depth)
+	t := &turn{e: e, in: in, log: in.Log, ts: ts, spec: spec,
+		tr:  newTranscript(in.History),
+		pol: callPolicy{ts: ts, obs: e.opt.Observer, answered: map[string]string{}}}
+	if t.log == nil {
+		t.log = e.log.With("session", in.Session.Key)
+	}
+	t.tr.add(in.User)
+	for _, m := range in.More {
+		t.tr.add(m)
+	}
+	return t
+}

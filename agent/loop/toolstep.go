@@ -75,14 +75,7 @@ func (st *toolStep) run(ctx context.Context) (msg memory.Message, aborted bool, 
 	}()
 	defer wg.Wait() // runs before the fill above
 
-	nParallel := 0
-	for _, c := range st.calls {
-		if st.env.ts.parallel[c.Name] {
-			nParallel++
-		}
-	}
-	sem := make(chan struct{}, st.env.e.opt.Limits.ParallelTools)
-	subSem := make(chan struct{}, st.env.e.opt.Subagents.Concurrency)
+	parallel := st.launcher(ctx, &wg)
 	for i, c := range st.calls {
 		if ctx.Err() != nil {
 			return msg, false, ""
@@ -94,32 +87,8 @@ func (st *toolStep) run(ctx context.Context) (msg memory.Message, aborted bool, 
 				return msg, false, ""
 			}
 		}
-		st.preps[i] = st.pol.prepare(c, st.finish)
-		p := st.preps[i]
-		switch {
-		case p.stop:
-			st.pol.br.record(c.Name, p.hash, false)
-			return msg, true, p.err
-		case p.err != "":
-			st.answerRefused(i, p)
-		case p.dup != "":
-			st.answerDuplicate(i, p)
-		case nParallel >= 2 && st.env.ts.parallel[c.Name]:
-			st.launched[i] = true
-			s := sem
-			if st.env.isSubagent(c.Name) {
-				s = subSem
-			}
-			s <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-s }()
-				st.results[i], st.denied[i] = st.env.execute(ctx, p)
-				st.done[i] = true
-			})
-		default:
-			st.results[i], st.denied[i] = st.env.execute(ctx, p)
-			st.done[i] = true
-			st.record(i)
+		if stop, why := st.runCall(ctx, i, c, parallel); stop {
+			return msg, true, why
 		}
 	}
 	wg.Wait()
@@ -129,6 +98,61 @@ func (st *toolStep) run(ctx context.Context) (msg memory.Message, aborted bool, 
 		}
 	}
 	return msg, false, ""
+}
+
+// runCall prepares call i and answers it: with an error when it may not
+// run, with the earlier result of a duplicate, on a goroutine when
+// parallel takes it, else here. stop is set when the breaker ends the run.
+func (st *toolStep) runCall(ctx context.Context, i int, c llm.ToolCall, parallel func(int, prepared) bool) (stop bool, why string) {
+	st.preps[i] = st.pol.prepare(c, st.finish)
+	p := st.preps[i]
+	switch {
+	case p.stop:
+		st.pol.br.record(c.Name, p.hash, false)
+		return true, p.err
+	case p.err != "":
+		st.answerRefused(i, p)
+	case p.dup != "":
+		st.answerDuplicate(i, p)
+	case parallel(i, p):
+	default:
+		st.results[i], st.denied[i] = st.env.execute(ctx, p)
+		st.done[i] = true
+		st.record(i)
+	}
+	return false, ""
+}
+
+// launcher returns the function that runs a parallel-safe call on a
+// goroutine of wg when the step has two or more of them (at most
+// agent's ParallelTools at once, sub-agents at most Subagents.Concurrency),
+// reporting whether it did; results are recorded after wg is done.
+func (st *toolStep) launcher(ctx context.Context, wg *sync.WaitGroup) func(int, prepared) bool {
+	nParallel := 0
+	for _, c := range st.calls {
+		if st.env.ts.parallel[c.Name] {
+			nParallel++
+		}
+	}
+	sem := make(chan struct{}, st.env.e.opt.Limits.ParallelTools)
+	subSem := make(chan struct{}, st.env.e.opt.Subagents.Concurrency)
+	return func(i int, p prepared) bool {
+		if nParallel < 2 || !st.env.ts.parallel[p.call.Name] {
+			return false
+		}
+		st.launched[i] = true
+		s := sem
+		if st.env.isSubagent(p.call.Name) {
+			s = subSem
+		}
+		s <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-s }()
+			st.results[i], st.denied[i] = st.env.execute(ctx, p)
+			st.done[i] = true
+		})
+		return true
+	}
 }
 
 // fill builds the step's tool message, answering every call that has no

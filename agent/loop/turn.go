@@ -73,21 +73,6 @@ type turn struct {
 	pending []string // steering taken between tool calls, applied next step
 }
 
-func (e *Executor) newTurn(in Input, spec runSpec, allow func(string) bool) *turn {
-	ts := e.toolSet(allow, spec.depth)
-	t := &turn{e: e, in: in, log: in.Log, ts: ts, spec: spec,
-		tr:  newTranscript(in.History),
-		pol: callPolicy{ts: ts, obs: e.opt.Observer, answered: map[string]string{}}}
-	if t.log == nil {
-		t.log = e.log.With("session", in.Session.Key)
-	}
-	t.tr.add(in.User)
-	for _, m := range in.More {
-		t.tr.add(m)
-	}
-	return t
-}
-
 func (t *turn) event(typ string, data any) {
 	if t.in.Sink != nil {
 		t.in.Sink.Event(typ, data)
