@@ -1,7 +1,10 @@
-// Package agent is Switchboard's agent runtime: the session manager (one
-// goroutine per active chat session, in-order turns within a session,
-// concurrency across sessions), the executor (the tool-calling model loop of
-// one turn) and the system prompt builder.
+// Package agent is Switchboard's session manager: one goroutine per active
+// chat session, in-order turns within a session, concurrency across
+// sessions, the session commands (/new, /stop, /steer, /compact, /status),
+// history and its summaries, the system prompt, and the delivery of every
+// answer exactly once (receipt, publish, acknowledge). The tool-calling
+// model loop of one turn is package agent/loop; a session runs it with the
+// fitted history and turns its result into outbound messages.
 //
 // The runtime knows nothing about Telegram or Slack: it consumes inbound
 // envelopes from the bus and publishes outbound ones (DESIGN.md §3–6). Its
@@ -14,18 +17,16 @@ import (
 	"context"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/agent/loop"
 	"github.com/switchboard-chat/switchboard/bus"
-	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory"
-	"github.com/switchboard-chat/switchboard/tools"
 	"github.com/switchboard-chat/switchboard/workspace"
 )
 
-// Model streams one chat completion. Implementations are safe for concurrent
-// use; onDelta is called from the calling goroutine, in order.
-type Model interface {
-	Stream(ctx context.Context, req llm.Request, onDelta func(llm.Delta)) (*llm.Response, error)
-}
+// Model streams one chat completion (loop.Model). Implementations are safe
+// for concurrent use; onDelta is called from the calling goroutine, in
+// order.
+type Model = loop.Model
 
 // Publisher sends messages on the bus. Safe for concurrent use.
 type Publisher interface {
@@ -42,17 +43,16 @@ type Source interface {
 	Consume(ctx context.Context, handler func(bus.Delivery)) error
 }
 
-// Toolbox is the set of tools offered to the model. Run never returns an
-// empty text and never panics (tools.Registry guarantees both).
-type Toolbox interface {
-	List() []tools.Tool
-	Run(ctx context.Context, name string, call tools.Call) tools.Result
-}
+// Toolbox is the set of tools offered to the model (loop.Toolbox). Run
+// never returns an empty text and never panics (tools.Registry guarantees
+// both).
+type Toolbox = loop.Toolbox
 
 // Observer receives the runtime's measurements (the metrics package
 // implements it). Its methods must be cheap, must not block, and must be
 // safe for concurrent use. Label values passed are bounded: channel names,
-// stop reasons, tool names, fixed outcome words.
+// stop reasons, tool names, fixed outcome words. ToolDone, Rollback and
+// BreakerTrip come from the loop (loop.Observer).
 type Observer interface {
 	// Inbound: outcome is accepted, duplicate, rejected_invalid or
 	// rejected_too_large.

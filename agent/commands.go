@@ -1,9 +1,7 @@
 package agent
 
 import (
-	"fmt"
 	"strings"
-	"time"
 )
 
 // Command names.
@@ -50,17 +48,4 @@ func parseCommand(text string) command {
 		return command{name: word, arg: strings.TrimSpace(arg)}
 	}
 	return command{}
-}
-
-// status describes the session for /status. Called from the session goroutine.
-func (s *session) status() string {
-	m := s.m
-	turns := len(turnStarts(s.history))
-	model := m.opt.ModelName
-	if model == "" {
-		model = "(unknown)"
-	}
-	return fmt.Sprintf("Session: %s\nTurns in context: %d (max %d)\nMessages waiting: %d\nModel: %s\nActive sessions: %d\nTurns answered since start: %d\nUp for: %s",
-		s.key, turns, m.cfg.MaxContextTurns, s.queued(), model, m.ActiveSessions(), m.turns.Load(),
-		m.opt.Now().Sub(m.start).Round(time.Second))
 }

@@ -7,10 +7,12 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/switchboard-chat/switchboard/agent/loop"
 )
 
 // SubagentToolPrefix starts the tool name of every sub-agent.
-const SubagentToolPrefix = "agent-"
+const SubagentToolPrefix = loop.SubagentToolPrefix
 
 var subagentName = regexp.MustCompile(`^[a-z0-9_-]{1,50}$`)
 
@@ -144,28 +146,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("agent.subagent_concurrency: must be between 1 and 32, got %d", c.SubagentConcurrency))
 	}
 	for _, name := range sortedKeys(c.Subagents) {
-		sc := c.Subagents[name]
-		key := "agent.subagents." + name
-		if !subagentName.MatchString(name) {
-			errs = append(errs, fmt.Errorf("%s: the name must match %s (it becomes the tool agent-%s)", key, subagentName, name))
-		}
-		if strings.TrimSpace(sc.Description) == "" {
-			errs = append(errs, fmt.Errorf("%s.description: must not be empty (it tells the model when to use the sub-agent)", key))
-		}
-		if (sc.Prompt == "") == (sc.PromptFile == "") {
-			errs = append(errs, fmt.Errorf("%s: set exactly one of prompt and prompt_file", key))
-		}
-		if sc.MaxSteps < 0 || sc.MaxSteps > 1000 {
-			errs = append(errs, fmt.Errorf("%s.max_steps: must be between 0 and 1000, got %d", key, sc.MaxSteps))
-		}
-		if sc.Timeout < 0 {
-			errs = append(errs, fmt.Errorf("%s.timeout: must not be negative, got %s", key, sc.Timeout))
-		}
-		for _, tn := range sc.Tools {
-			if strings.HasPrefix(tn, SubagentToolPrefix) {
-				errs = append(errs, fmt.Errorf("%s.tools: %q: sub-agents reach other sub-agents through agent.subagent_depth, not the allow-list", key, tn))
-			}
-		}
+		errs = append(errs, validateSubagent(name, c.Subagents[name])...)
 	}
 	if c.QueueMode != QueueCollect && c.QueueMode != QueueSequential {
 		errs = append(errs, fmt.Errorf("agent.queue_mode: must be %s or %s, got %q", QueueCollect, QueueSequential, c.QueueMode))
@@ -174,4 +155,31 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("agent.delta_interval: must be between 10ms and 1m, got %s", c.DeltaInterval))
 	}
 	return errors.Join(errs...)
+}
+
+// validateSubagent reports the problems of agent.subagents.<name>.
+func validateSubagent(name string, sc SubagentConfig) []error {
+	var errs []error
+	key := "agent.subagents." + name
+	if !subagentName.MatchString(name) {
+		errs = append(errs, fmt.Errorf("%s: the name must match %s (it becomes the tool agent-%s)", key, subagentName, name))
+	}
+	if strings.TrimSpace(sc.Description) == "" {
+		errs = append(errs, fmt.Errorf("%s.description: must not be empty (it tells the model when to use the sub-agent)", key))
+	}
+	if (sc.Prompt == "") == (sc.PromptFile == "") {
+		errs = append(errs, fmt.Errorf("%s: set exactly one of prompt and prompt_file", key))
+	}
+	if sc.MaxSteps < 0 || sc.MaxSteps > 1000 {
+		errs = append(errs, fmt.Errorf("%s.max_steps: must be between 0 and 1000, got %d", key, sc.MaxSteps))
+	}
+	if sc.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("%s.timeout: must not be negative, got %s", key, sc.Timeout))
+	}
+	for _, tn := range sc.Tools {
+		if strings.HasPrefix(tn, SubagentToolPrefix) {
+			errs = append(errs, fmt.Errorf("%s.tools: %q: sub-agents reach other sub-agents through agent.subagent_depth, not the allow-list", key, tn))
+		}
+	}
+	return errs
 }

@@ -2,17 +2,15 @@ package agent
 
 import (
 	"fmt"
-	"regexp"
-	"strconv"
 	"strings"
 
+	"github.com/switchboard-chat/switchboard/agent/loop"
 	"github.com/switchboard-chat/switchboard/memory"
 )
 
 // Context budget (cowagent.md §3).
 const (
-	compressBelowTurns = 5  // fewer turns than this are compressed, not halved
-	maxCompactRounds   = 32 // overflow recovery iterations
+	compressBelowTurns = 5 // fewer turns than this are compressed, not halved
 	maxSummaryBytes    = 6000
 	digestLineBytes    = 160
 )
@@ -28,14 +26,6 @@ func budget(maxContext, window, reserve, fixed int) int {
 	return max(b-fixed, 0)
 }
 
-func totalTokens(msgs []memory.Message) int {
-	n := 0
-	for i := range msgs {
-		n += estimateTokens(&msgs[i])
-	}
-	return n
-}
-
 // fitContext trims history (whole turns only) before a turn's loop: when
 // it holds more than maxTurns turns or more tokens than budget, the older
 // half is dropped, repeatedly; with fewer than five turns, each turn is
@@ -44,15 +34,15 @@ func totalTokens(msgs []memory.Message) int {
 // summary). Messages before the first turn start are dropped too.
 func fitContext(history []memory.Message, maxTurns, budget int) (kept, dropped []memory.Message) {
 	kept = history
-	if s := turnStarts(kept); len(s) > 0 && s[0] > 0 {
+	if s := loop.TurnStarts(kept); len(s) > 0 && s[0] > 0 {
 		dropped = append(dropped, kept[:s[0]]...)
 		kept = kept[s[0]:]
 	}
 	compressed := false
 	for {
-		starts := turnStarts(kept)
+		starts := loop.TurnStarts(kept)
 		n := len(starts)
-		if n == 0 || (n <= maxTurns && totalTokens(kept) <= budget) {
+		if n == 0 || (n <= maxTurns && loop.TotalTokens(kept) <= budget) {
 			return kept, dropped
 		}
 		switch {
@@ -62,7 +52,7 @@ func fitContext(history []memory.Message, maxTurns, budget int) (kept, dropped [
 			kept = kept[cut:]
 		case !compressed:
 			compressed = true
-			kept = compressTurns(kept)
+			kept = loop.CompressTurns(kept)
 		default:
 			cut := len(kept)
 			if n > 1 {
@@ -74,54 +64,13 @@ func fitContext(history []memory.Message, maxTurns, budget int) (kept, dropped [
 	}
 }
 
-// compressTurns reduces each turn to its first user text and its last
-// assistant text, dropping tool traffic and reasoning.
-func compressTurns(msgs []memory.Message) []memory.Message {
-	var out []memory.Message
-	starts := turnStarts(msgs)
-	for i, s := range starts {
-		end := len(msgs)
-		if i+1 < len(starts) {
-			end = starts[i+1]
-		}
-		turn := msgs[s:end]
-		user := turn[0]
-		user.Blocks = textBlocks(user.Blocks)
-		if len(user.Blocks) == 0 {
-			user.Blocks = []memory.Block{{Type: memory.BlockText, Text: "(attachment)"}}
-		}
-		out = append(out, user)
-		for j := len(turn) - 1; j > 0; j-- {
-			if turn[j].Role == memory.RoleAssistant {
-				if tb := textBlocks(turn[j].Blocks); len(tb) > 0 {
-					a := turn[j]
-					a.Blocks = tb
-					out = append(out, a)
-					break
-				}
-			}
-		}
-	}
-	return out
-}
-
-func textBlocks(bs []memory.Block) []memory.Block {
-	var out []memory.Block
-	for _, b := range bs {
-		if b.Type == memory.BlockText {
-			out = append(out, b)
-		}
-	}
-	return out
-}
-
 // digest is the plain, rule-based summary of dropped turns: one line per
 // turn with the user's request and the reply, appended to the previous
 // summary and bounded in size (the oldest lines go first).
 func digest(prev string, dropped []memory.Message) string {
 	var b strings.Builder
 	b.WriteString(prev)
-	starts := turnStarts(dropped)
+	starts := loop.TurnStarts(dropped)
 	for i, s := range starts {
 		end := len(dropped)
 		if i+1 < len(starts) {
@@ -147,7 +96,7 @@ func digest(prev string, dropped []memory.Message) string {
 	for len(out) > maxSummaryBytes {
 		_, rest, ok := strings.Cut(out, "\n")
 		if !ok {
-			out = truncateMiddle(out, maxSummaryBytes)
+			out = loop.TruncateMiddle(out, maxSummaryBytes)
 			break
 		}
 		out = rest
@@ -165,25 +114,4 @@ func oneLine(s string) string {
 		s = s[:cut] + "…"
 	}
 	return s
-}
-
-var windowPatterns = []*regexp.Regexp{
-	regexp.MustCompile(`maximum context length is (\d+)`),
-	regexp.MustCompile(`context length of (?:only )?(\d+)`),
-	regexp.MustCompile(`"?n_ctx"?\s*[:=]\s*(\d+)`),
-	regexp.MustCompile(`context window (?:of|is) (\d+)`),
-}
-
-// windowFromError extracts the model's context window from an overflow
-// error message, or 0.
-func windowFromError(err error) int {
-	msg := err.Error()
-	for _, re := range windowPatterns {
-		if m := re.FindStringSubmatch(msg); m != nil {
-			if n, err := strconv.Atoi(m[1]); err == nil && n > 0 {
-				return n
-			}
-		}
-	}
-	return 0
 }

@@ -2,13 +2,13 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/agent/loop"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 	"github.com/switchboard-chat/switchboard/tools"
@@ -315,33 +315,6 @@ func TestStopCancelsSubagent(t *testing.T) {
 	}
 }
 
-// Behaviour 4: argument fixing.
-func TestFixArgs(t *testing.T) {
-	schema := json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"},"limit":{"type":"integer"},"ratio":{"type":"number"},"all":{"type":"boolean"},"name":{"type":"string"},"max_results":{"type":"integer"}}}`)
-	for _, tc := range []struct{ in, want string }{
-		{`{"path":"a"}`, `{"path":"a"}`},
-		{`{"filePath":"a"}`, `{"path":"a"}`},
-		{`{"Path":"a","LIMIT":"3"}`, `{"limit":3,"path":"a"}`},
-		{`{"max-results":"10"}`, `{"max_results":10}`},
-		{`{"path":"a","ratio":"0.5","all":"true"}`, `{"all":true,"path":"a","ratio":0.5}`},
-		{`{"path":null,"name":12}`, `{"name":"12"}`},
-		{`{"file":"a"}`, `{"path":"a"}`}, // declared alias
-		{`{"path":"a","file_path":"b"}`, `{"file_path":"b","path":"a"}`},
-		{`{"unknown":1}`, `{"unknown":1}`},
-		{`{"limit":"many"}`, `{"limit":"many"}`},
-	} {
-		got, _ := fixArgs(schema, map[string]string{"file": "path"}, json.RawMessage(tc.in))
-		var g, w any
-		_ = json.Unmarshal(got, &g)
-		_ = json.Unmarshal([]byte(tc.want), &w)
-		gb, _ := json.Marshal(g)
-		wb, _ := json.Marshal(w)
-		if string(gb) != string(wb) {
-			t.Errorf("fixArgs(%s) = %s, want %s", tc.in, gb, wb)
-		}
-	}
-}
-
 func TestFixedArgumentsReachToolAndEvent(t *testing.T) {
 	read := &testTool{name: "read_file", schema: `{"type":"object","properties":{"path":{"type":"string"},"limit":{"type":"integer"}},"required":["path"]}`}
 	h := newHarness(t, withTools(read))
@@ -373,7 +346,7 @@ func TestKeepNewestToolResults(t *testing.T) {
 			results = append(results, m.Content)
 		}
 	}
-	if len(results) != 3 || results[0] != omittedResult || results[1] != omittedResult || results[2] != `ok {"n":3}` {
+	if len(results) != 3 || results[0] != loop.OmittedResult || results[1] != loop.OmittedResult || results[2] != `ok {"n":3}` {
 		t.Fatalf("results sent: %q", results)
 	}
 	if hist := strings.Join(h.history(), "\n"); !strings.Contains(hist, `ok {"n":1}`) {
@@ -421,27 +394,10 @@ func TestGuardStopsBeforeOverflow(t *testing.T) {
 		hc.opt.ContextWindow, hc.opt.MaxOutputTokens = 6000, 500
 	})
 	got := h.ask("m1", strings.Repeat("a very long question ", 1500)) // ~7,500 tokens
-	if got.Text != textCutShortEmpty {
+	if got.Text != loop.TextCutShortEmpty {
 		t.Fatalf("final = %+v", got)
 	}
 	if n := h.model.RequestCount(); n != 0 {
 		t.Fatalf("%d requests sent that were known not to fit", n)
-	}
-}
-
-// Behaviour 7: the reply never carries think blocks, markup or nudges.
-func TestCleanReply(t *testing.T) {
-	isTool := func(n string) bool { return n == "echo" }
-	for in, want := range map[string]string{
-		"<think>x</think>Hello":                                     "Hello",
-		"Answer <tool_call>{\"name\":\"echo\"}":                     "Answer",
-		"A ```json\n{\"name\": \"echo\", \"arguments\": {}}\n``` B": "A  B",
-		"Keep {\"name\": \"other\", \"arguments\": 1}":              "Keep {\"name\": \"other\", \"arguments\": 1}",
-		"Done. " + nudgePrompt:                                      "Done.",
-		"x [TOOL_CALLS] [{...}]":                                    "x",
-	} {
-		if got := cleanReply(in, isTool); got != want {
-			t.Errorf("cleanReply(%q) = %q, want %q", in, got, want)
-		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/switchboard-chat/switchboard/agent/loop"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
@@ -34,9 +35,9 @@ func TestStuckModelStopsEarly(t *testing.T) {
 			t.Fatalf("rollbacks %d: final = %q (%s), want the forced summary", rollbacks, got.Text, got.Kind)
 		}
 		reqs := h.model.Requests()
-		if n := len(reqs); n != sameCallLimit+1+1+1 {
+		if n := len(reqs); n != loop.SameCallLimit+1+1+1 {
 			t.Errorf("rollbacks %d: %d model calls, want %d (5 identical calls, the blocked one, the one that ends it, the summary)",
-				rollbacks, n, sameCallLimit+3)
+				rollbacks, n, loop.SameCallLimit+3)
 		}
 		if n := look.runs.Load(); n != 1 {
 			t.Errorf("rollbacks %d: tool ran %d times, want once", rollbacks, n)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/agent/loop"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory"
 )
@@ -47,9 +48,9 @@ func (s ModelSummarizer) Summarize(ctx context.Context, session, previous string
 		case m.Role == memory.RoleTool || text == "":
 			continue
 		case m.Role == memory.RoleUser:
-			fmt.Fprintf(&b, "[%s] user: %s\n", m.Time.Format("2006-01-02 15:04"), truncateMiddle(text, 2000))
+			fmt.Fprintf(&b, "[%s] user: %s\n", m.Time.Format("2006-01-02 15:04"), loop.TruncateMiddle(text, 2000))
 		default:
-			fmt.Fprintf(&b, "[%s] assistant: %s\n", m.Time.Format("2006-01-02 15:04"), truncateMiddle(text, 2000))
+			fmt.Fprintf(&b, "[%s] assistant: %s\n", m.Time.Format("2006-01-02 15:04"), loop.TruncateMiddle(text, 2000))
 		}
 	}
 	zero := float32(0)
@@ -62,11 +63,11 @@ func (s ModelSummarizer) Summarize(ctx context.Context, session, previous string
 	if err != nil {
 		return "", fmt.Errorf("agent: summarize %s: %w", session, err)
 	}
-	out := strings.TrimSpace(stripThink(resp.Text))
+	out := strings.TrimSpace(loop.StripThink(resp.Text))
 	if out == "" {
 		return "", fmt.Errorf("agent: summarize %s: the model returned nothing", session)
 	}
-	return truncateMiddle(out, maxSummaryBytes), nil
+	return loop.TruncateMiddle(out, maxSummaryBytes), nil
 }
 
 // summaryStore is the optional store capability of saving a summary alone.
@@ -103,14 +104,14 @@ func (m *Manager) summaries(ctx context.Context) {
 
 func (m *Manager) runSummary(ctx context.Context, j summaryJob) {
 	sctx, cancel := context.WithTimeout(ctx, summaryTimeout)
-	sum, err := m.deps.Summarizer.Summarize(sctx, j.s.key, j.previous, j.dropped)
+	sum, err := m.env.deps.Summarizer.Summarize(sctx, j.s.key, j.previous, j.dropped)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, context.Canceled) {
 			return
 		}
 		j.attempt++
-		m.log.Warn("background summary failed; the plain digest stays for now", "session", j.s.key, "attempt", j.attempt, "err", err)
+		m.env.log.Warn("background summary failed; the plain digest stays for now", "session", j.s.key, "attempt", j.attempt, "err", err)
 		if j.attempt >= summaryMaxAttempts {
 			return
 		}
@@ -134,56 +135,6 @@ func (m *Manager) enqueueSummary(j summaryJob) {
 	select {
 	case m.summaryJobs <- j:
 	default:
-		m.log.Warn("summary queue full; keeping the plain digest", "session", j.s.key)
+		m.env.log.Warn("summary queue full; keeping the plain digest", "session", j.s.key)
 	}
-}
-
-// applySummary replaces the digest base with the model's summary when the
-// session's summary still starts with it (digests appended after it are
-// kept), and stores it. The store write happens under the session's lock so
-// that a newer summary is never overwritten by an older one.
-func (s *session) applySummary(ctx context.Context, base, sum string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur := s.summaryShared
-	if base == "" || !strings.HasPrefix(cur, base) {
-		return // a /new or a reset happened meanwhile
-	}
-	s.summaryShared = strings.TrimSpace(sum + cur[len(base):])
-	if st, ok := s.m.deps.Store.(summaryStore); ok {
-		if err := st.SetSummary(ctx, s.key, s.summaryShared); err != nil {
-			s.m.log.Warn("could not store the summary", "session", s.key, "err", err)
-		}
-	}
-}
-
-// compactNow answers /compact: every turn but the last two goes into the
-// summary (model-written when a Summarizer is set, within a minute, else
-// the digest), durably. It returns the text for the user.
-func (s *session) compactNow(ctx context.Context) string {
-	const keep = 2
-	starts := turnStarts(s.history)
-	if len(starts) <= keep {
-		return fmt.Sprintf("Nothing to compact: the context holds %d turn(s).", len(starts))
-	}
-	cut := starts[len(starts)-keep]
-	dropped := s.history[:cut]
-	prev := s.summary()
-	sum := ""
-	if sm := s.m.deps.Summarizer; sm != nil {
-		sctx, cancel := context.WithTimeout(ctx, time.Minute)
-		var err error
-		sum, err = sm.Summarize(sctx, s.key, prev, dropped)
-		cancel()
-		if err != nil {
-			s.m.log.Warn("summary for /compact failed; using a plain digest", "session", s.key, "err", err)
-		}
-	}
-	if sum == "" {
-		sum = digest(prev, dropped)
-	}
-	s.history = append([]memory.Message(nil), s.history[cut:]...)
-	s.setSummary(sum)
-	s.compact(ctx)
-	return fmt.Sprintf("Compacted %d earlier turn(s) into the summary; the last %d stay as they are.", len(starts)-keep, keep)
 }

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/agent/loop"
 	"github.com/switchboard-chat/switchboard/bus"
-	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/tools"
@@ -57,7 +57,7 @@ func TestEmptyReplyRetriedThenFallback(t *testing.T) {
 	h := newHarness(t)
 	h.model.Enqueue(llmtest.Reply{Empty: true}, llmtest.Reply{Empty: true})
 	got := h.ask("m1", "hi")
-	if got.Text != textEmptyFallback || got.Kind != bus.KindError || h.model.RequestCount() != 2 {
+	if got.Text != loop.TextEmptyFallback || got.Kind != bus.KindError || h.model.RequestCount() != 2 {
 		t.Fatalf("final = %+v after %d requests", got, h.model.RequestCount())
 	}
 }
@@ -70,31 +70,20 @@ func TestEmptyAfterToolsNudgedOnce(t *testing.T) {
 	if got.Text != "The result is 1." {
 		t.Fatalf("final = %+v", got)
 	}
-	if role, text := h.lastMessage(3); role != "user" || text != nudgePrompt {
+	if role, text := h.lastMessage(3); role != "user" || text != loop.NudgePrompt {
 		t.Fatalf("nudge = %s %q", role, text)
 	}
 	if len(h.request(3).Body.Tools) != 0 {
 		t.Fatal("the nudge offered tools")
 	}
 	hist := strings.Join(h.history(), "\n")
-	if strings.Contains(hist, nudgePrompt) || !strings.Contains(hist, "The result is 1.") {
+	if strings.Contains(hist, loop.NudgePrompt) || !strings.Contains(hist, "The result is 1.") {
 		t.Fatalf("history:\n%s", hist)
 	}
 	// Still empty after the nudge: the fixed fallback.
 	h.model.Enqueue(calling(call("b", "echo", `{"x":2}`)), llmtest.Reply{Empty: true}, llmtest.Reply{Empty: true}, llmtest.Reply{Empty: true})
-	if got := h.ask("m2", "again"); got.Text != textEmptyFallback {
+	if got := h.ask("m2", "again"); got.Text != loop.TextEmptyFallback {
 		t.Fatalf("final = %+v", got)
-	}
-}
-
-func TestProactiveTurnMayEndSilently(t *testing.T) {
-	empty := func(context.Context, llm.Request, func(llm.Delta)) (*llm.Response, error) {
-		return &llm.Response{FinishReason: llm.FinishStop}, nil
-	}
-	m := &scriptModel{steps: []func(context.Context, llm.Request, func(llm.Delta)) (*llm.Response, error){empty, empty}}
-	res, err := NewExecutor(m, nil, ExecOptions{MaxSteps: 3}, nil).Run(t.Context(), TurnInput{User: userMsg("tick"), Proactive: true})
-	if err != nil || res.Text != "" || res.StopReason != StopEmpty {
-		t.Fatalf("res %+v err %v", res, err)
 	}
 }
 
@@ -240,7 +229,7 @@ func TestStopKeepsPartialTextAndValidHistory(t *testing.T) {
 		t.Fatalf("final = %+v", got)
 	}
 	hist := strings.Join(h.history(), "\n")
-	if !strings.Contains(hist, "I was in the middle of") || !strings.Contains(hist, textStopped) {
+	if !strings.Contains(hist, "I was in the middle of") || !strings.Contains(hist, loop.TextStopped) {
 		t.Fatalf("history:\n%s", hist)
 	}
 	h.model.Enqueue(llmtest.TextReply("ok"))
@@ -378,17 +367,17 @@ func TestResultAndReasoningTruncation(t *testing.T) {
 		t.Fatalf("final = %q (think tags must be stripped)", got.Text)
 	}
 	_, current := h.lastMessage(1)
-	if len(current) > maxToolResultChars+200 || !strings.Contains(current, "bytes omitted") || !strings.HasPrefix(current, "aaa") || !strings.HasSuffix(current, "bbb") {
+	if len(current) > loop.MaxToolResultChars+200 || !strings.Contains(current, "bytes omitted") || !strings.HasPrefix(current, "aaa") || !strings.HasSuffix(current, "bbb") {
 		t.Fatalf("current-step result is %d bytes", len(current))
 	}
 	h.model.Enqueue(llmtest.TextReply("again"))
 	h.ask("m2", "next")
 	msgs := h.request(2).Body.Messages
 	for _, m := range msgs {
-		if m.Role == "tool" && len(m.Content) > maxOldToolResultChars+200 {
+		if m.Role == "tool" && len(m.Content) > loop.MaxOldToolResultChars+200 {
 			t.Fatalf("older result sent with %d bytes", len(m.Content))
 		}
-		if m.Role == "assistant" && m.ReasoningContent != "" && (len(m.ReasoningContent) > maxStoredReasoning+100 || !strings.Contains(m.ReasoningContent, "omitted")) {
+		if m.Role == "assistant" && m.ReasoningContent != "" && (len(m.ReasoningContent) > loop.MaxStoredReasoning+100 || !strings.Contains(m.ReasoningContent, "omitted")) {
 			t.Fatalf("stored reasoning is %d bytes", len(m.ReasoningContent))
 		}
 	}
@@ -445,8 +434,8 @@ func TestContextTrimmedByHalvesWithSummary(t *testing.T) {
 	// The compaction is stored before the turn's turn_end event.
 	h.bus.WaitEventWhere(t, wait, func(e bus.Event) bool { return e.Type == bus.EventTurnEnd && e.InReplyTo == "m6" })
 	snap, err := h.store.Load(t.Context(), "console/c1", 100)
-	if err != nil || !strings.Contains(snap.Summary, "question 1") || len(turnStarts(snap.Messages)) != 4 {
-		t.Fatalf("stored summary %q, %d turns, %v", snap.Summary, len(turnStarts(snap.Messages)), err)
+	if err != nil || !strings.Contains(snap.Summary, "question 1") || len(loop.TurnStarts(snap.Messages)) != 4 {
+		t.Fatalf("stored summary %q, %d turns, %v", snap.Summary, len(loop.TurnStarts(snap.Messages)), err)
 	}
 }
 
@@ -495,7 +484,7 @@ func TestOverflowThatPersistsResetsContext(t *testing.T) {
 	h.ask("m1", "hello")
 	h.model.Enqueue(llmtest.ContextOverflowReply(), llmtest.ContextOverflowReply())
 	got := h.ask("m2", "big question")
-	if got.Kind != bus.KindError || got.Text != textOverflowReset {
+	if got.Kind != bus.KindError || got.Text != loop.TextOverflowReset {
 		t.Fatalf("final = %+v", got)
 	}
 	if n := h.model.RequestCount(); n != 3 {

@@ -43,7 +43,9 @@ type fakeConsumer struct {
 	err error
 }
 
-func (f fakeConsumer) ConsumerStats(context.Context) (natsbus.ConsumerStats, error) { return f.st, f.err }
+func (f fakeConsumer) ConsumerStats(context.Context) (natsbus.ConsumerStats, error) {
+	return f.st, f.err
+}
 
 // TestRuntimeGauges: the runtime gauges read the manager and the bus at
 // scrape time, and an unanswered bus reads -1.

@@ -18,6 +18,8 @@ const module = "github.com/switchboard-chat/switchboard"
 var rules = []struct{ from, to, why string }{
 	{"channels", "agent", "channel adapters meet the agent only on the bus"},
 	{"agent", "channels", "the agent knows nothing of Telegram or Slack"},
+	{"agent/loop", "bus", "the tool-calling loop knows nothing of the bus"},
+	{"agent/loop", "agent!", "the tool-calling loop knows nothing of sessions"},
 	{"bus", "agent", "the bus is below everything that uses it"},
 	{"bus", "channels", "the bus is below everything that uses it"},
 	{"bus", "memory", "the bus is below everything that uses it"},

@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"crypto/sha256"
@@ -11,7 +11,7 @@ import (
 // breakerWindow tool calls of a turn.
 const (
 	breakerWindow         = 50
-	sameCallLimit         = 5 // same tool + args, consecutive calls, success or not (run, served again or rolled back) → the next is blocked; one more → the run stops
+	SameCallLimit         = 5 // same tool + args, consecutive calls, success or not (run, served again or rolled back) → the next is blocked; one more → the run stops
 	sameCallFailLimit     = 3 // same tool + args, consecutive failures → blocked
 	sameToolFailLimit     = 6 // same tool, any args, consecutive failures → blocked
 	sameToolAbortLimit    = 8 // same tool, any args, consecutive failures → the run ends
@@ -91,9 +91,9 @@ func (b *breaker) check(tool, hash string) (verdict, string) {
 		}
 	}
 	switch {
-	case same > sameCallLimit:
+	case same > SameCallLimit:
 		return halt, fmt.Sprintf("%s was called with the same arguments %d times in a row, again after being told to stop.", tool, same+1)
-	case same >= sameCallLimit:
+	case same >= SameCallLimit:
 		return block, fmt.Sprintf("%s was called with the same arguments %d times in a row. It was not run again. Stop calling it: answer the user with what you have, or change your approach.", tool, same)
 	case sameFail >= sameCallFailLimit:
 		return block, fmt.Sprintf("%s failed %d times in a row with these arguments. It was not run again: fix the arguments or try another way.", tool, sameFail)

@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"regexp"
@@ -49,7 +49,7 @@ func hasCallMarkup(text string, isTool func(string) bool) bool {
 // markup, JSON call objects naming tools, and any echo of the runtime's
 // internal instructions are removed.
 func cleanReply(text string, isTool func(string) bool) string {
-	text = stripThink(text)
+	text = StripThink(text)
 	for _, p := range markupPairs {
 		text = cutBlocks(text, p[0], p[1])
 	}
@@ -74,7 +74,7 @@ func cleanReply(text string, isTool func(string) bool) string {
 		}
 		text = text[:start] + text[end:]
 	}
-	for _, internal := range []string{nudgePrompt, strings.TrimSpace(repeatHint), steerPrefix} {
+	for _, internal := range []string{NudgePrompt, strings.TrimSpace(repeatHint), steerPrefix} {
 		text = strings.ReplaceAll(text, internal, "")
 	}
 	return strings.TrimSpace(text)

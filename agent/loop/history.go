@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"encoding/json"
@@ -109,7 +109,7 @@ func limitOldResults(msgs []memory.Message, keep, limit int) []memory.Message {
 			if &out[i].Blocks[0] == &msgs[i].Blocks[0] {
 				out[i].Blocks = append([]memory.Block(nil), m.Blocks...)
 			}
-			out[i].Blocks[j].Text = truncateMiddle(b.Text, limit)
+			out[i].Blocks[j].Text = TruncateMiddle(b.Text, limit)
 		}
 	}
 	if out == nil {
@@ -189,27 +189,27 @@ func jsonKind(c byte) string {
 	return "a number"
 }
 
-// estimateTokens is a cheap token estimate (no tokenizer): ASCII runes count
+// EstimateTokens is a cheap token estimate (no tokenizer): ASCII runes count
 // a quarter token, other runes one and a half, plus a constant per message
 // and per block kind.
-func estimateTokens(m *memory.Message) int {
+func EstimateTokens(m *memory.Message) int {
 	n := 4
 	for _, b := range m.Blocks {
 		switch b.Type {
 		case memory.BlockImage:
 			n += 1200
 		case memory.BlockToolUse:
-			n += 50 + textTokens(string(b.Input)) + textTokens(b.ToolName)
+			n += 50 + TextTokens(string(b.Input)) + TextTokens(b.ToolName)
 		case memory.BlockToolResult:
-			n += 30 + textTokens(b.Text)
+			n += 30 + TextTokens(b.Text)
 		default:
-			n += textTokens(b.Text)
+			n += TextTokens(b.Text)
 		}
 	}
 	return n
 }
 
-func textTokens(s string) int {
+func TextTokens(s string) int {
 	ascii, other := 0, 0
 	for i := 0; i < len(s); {
 		if s[i] < utf8.RuneSelf {
@@ -224,8 +224,8 @@ func textTokens(s string) int {
 	return ascii/4 + other*3/2 + 1
 }
 
-// turnStarts returns the indexes of messages that open a turn.
-func turnStarts(msgs []memory.Message) []int {
+// TurnStarts returns the indexes of messages that open a turn.
+func TurnStarts(msgs []memory.Message) []int {
 	var idx []int
 	for i, m := range msgs {
 		if m.TurnStart {
@@ -240,20 +240,20 @@ func turnStarts(msgs []memory.Message) []int {
 // size. Messages before the first turn start (left over from an older layout
 // or a compaction) are dropped with the first trim.
 func trimTurns(msgs []memory.Message, maxTurns, budget int) []memory.Message {
-	starts := turnStarts(msgs)
+	starts := TurnStarts(msgs)
 	if len(starts) == 0 {
 		return msgs
 	}
 	total := 0
 	for i := range msgs {
-		total += estimateTokens(&msgs[i])
+		total += EstimateTokens(&msgs[i])
 	}
 	first := 0 // index into starts of the first kept turn
 	cut := 0   // index into msgs of the first kept message
 	for first < len(starts)-1 && (len(starts)-first > maxTurns || total > budget) {
 		next := starts[first+1]
 		for i := cut; i < next; i++ {
-			total -= estimateTokens(&msgs[i])
+			total -= EstimateTokens(&msgs[i])
 		}
 		cut = next
 		first++
@@ -290,4 +290,54 @@ func normaliseArgs(raw string, finish string) (json.RawMessage, string) {
 		return nil, "invalid JSON in tool arguments: " + strings.TrimPrefix(err.Error(), "json: ")
 	}
 	return repaired, ""
+}
+
+// TotalTokens is the EstimateTokens sum of msgs.
+func TotalTokens(msgs []memory.Message) int {
+	n := 0
+	for i := range msgs {
+		n += EstimateTokens(&msgs[i])
+	}
+	return n
+}
+
+// CompressTurns reduces each turn to its first user text and its last
+// assistant text, dropping tool traffic and reasoning.
+func CompressTurns(msgs []memory.Message) []memory.Message {
+	var out []memory.Message
+	starts := TurnStarts(msgs)
+	for i, s := range starts {
+		end := len(msgs)
+		if i+1 < len(starts) {
+			end = starts[i+1]
+		}
+		turn := msgs[s:end]
+		user := turn[0]
+		user.Blocks = textBlocks(user.Blocks)
+		if len(user.Blocks) == 0 {
+			user.Blocks = []memory.Block{{Type: memory.BlockText, Text: "(attachment)"}}
+		}
+		out = append(out, user)
+		for j := len(turn) - 1; j > 0; j-- {
+			if turn[j].Role == memory.RoleAssistant {
+				if tb := textBlocks(turn[j].Blocks); len(tb) > 0 {
+					a := turn[j]
+					a.Blocks = tb
+					out = append(out, a)
+					break
+				}
+			}
+		}
+	}
+	return out
+}
+
+func textBlocks(bs []memory.Block) []memory.Block {
+	var out []memory.Block
+	for _, b := range bs {
+		if b.Type == memory.BlockText {
+			out = append(out, b)
+		}
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/tools"
@@ -107,12 +106,12 @@ func assertPaired(t *testing.T, msgs []memory.Message) {
 
 func TestExecutorPlainReply(t *testing.T) {
 	m := &scriptModel{steps: []func(context.Context, llm.Request, func(llm.Delta)) (*llm.Response, error){text("hello there")}}
-	e := NewExecutor(m, nil, ExecOptions{ModelName: "m", MaxSteps: 5}, nil)
-	res, err := e.Run(t.Context(), TurnInput{System: "sys", User: userMsg("hi")})
+	e := New(m, nil, Options{ModelName: "m", Limits: Limits{MaxSteps: 5}}, nil)
+	res, err := e.Run(t.Context(), Input{System: "sys", User: userMsg("hi")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Text != "hello there" || res.Kind != bus.KindReply || len(res.Messages) != 2 {
+	if res.Text != "hello there" || res.Kind != KindReply || len(res.Messages) != 2 {
 		t.Fatalf("res = %+v", res)
 	}
 	if got := m.reqs[0].Messages; got[0].Role != llm.RoleSystem || got[0].Content != "sys" || got[1].Content != "hi" {
@@ -135,8 +134,8 @@ func TestExecutorToolRoundTripAndPanics(t *testing.T) {
 		),
 		text("done"),
 	}}
-	e := NewExecutor(m, newRegistry(t, ok, boom), ExecOptions{ModelName: "m", MaxSteps: 5}, nil)
-	res, err := e.Run(t.Context(), TurnInput{System: "s", User: userMsg("go")})
+	e := New(m, newRegistry(t, ok, boom), Options{ModelName: "m", Limits: Limits{MaxSteps: 5}}, nil)
+	res, err := e.Run(t.Context(), Input{System: "s", User: userMsg("go")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,8 +171,8 @@ func TestExecutorMaxStepsForcedSummary(t *testing.T) {
 		},
 	}}
 	ok := &fakeTool{name: "ok", run: func(context.Context, tools.Call) (tools.Result, error) { return tools.Result{Text: "r"}, nil }}
-	e := NewExecutor(m, newRegistry(t, ok), ExecOptions{ModelName: "m", MaxSteps: 2}, nil)
-	res, err := e.Run(t.Context(), TurnInput{User: userMsg("go")})
+	e := New(m, newRegistry(t, ok), Options{ModelName: "m", Limits: Limits{MaxSteps: 2}}, nil)
+	res, err := e.Run(t.Context(), Input{User: userMsg("go")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,11 +196,11 @@ func TestExecutorEmptyRetryThenFallback(t *testing.T) {
 		return &llm.Response{FinishReason: llm.FinishStop}, nil
 	}
 	m := &scriptModel{steps: []func(context.Context, llm.Request, func(llm.Delta)) (*llm.Response, error){empty, empty}}
-	res, err := NewExecutor(m, nil, ExecOptions{ModelName: "m", MaxSteps: 5}, nil).Run(t.Context(), TurnInput{User: userMsg("hi")})
+	res, err := New(m, nil, Options{ModelName: "m", Limits: Limits{MaxSteps: 5}}, nil).Run(t.Context(), Input{User: userMsg("hi")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m.reqs) != 2 || res.Text != textEmptyFallback || res.Kind != bus.KindError {
+	if len(m.reqs) != 2 || res.Text != TextEmptyFallback || res.Kind != KindError {
 		t.Fatalf("requests %d, res %+v", len(m.reqs), res)
 	}
 }
@@ -217,8 +216,8 @@ func TestExecutorModelErrors(t *testing.T) {
 		m := &scriptModel{steps: []func(context.Context, llm.Request, func(llm.Delta)) (*llm.Response, error){
 			func(context.Context, llm.Request, func(llm.Delta)) (*llm.Response, error) { return nil, tc.err },
 		}}
-		res, err := NewExecutor(m, nil, ExecOptions{ModelName: "m", MaxSteps: 5}, nil).Run(t.Context(), TurnInput{User: userMsg("hi")})
-		if err != nil || res.Kind != bus.KindError || !strings.Contains(res.Text, tc.want) {
+		res, err := New(m, nil, Options{ModelName: "m", Limits: Limits{MaxSteps: 5}}, nil).Run(t.Context(), Input{User: userMsg("hi")})
+		if err != nil || res.Kind != KindError || !strings.Contains(res.Text, tc.want) {
 			t.Errorf("%v: res %+v err %v", tc.err, res, err)
 		}
 	}
@@ -235,12 +234,12 @@ func TestExecutorStopDuringTool(t *testing.T) {
 		calls(llm.ToolCall{ID: "a", Name: "slow", Arguments: `{}`}, llm.ToolCall{ID: "b", Name: "slow", Arguments: `{}`}),
 	}}
 	ctx, cancel := context.WithCancelCause(t.Context())
-	go func() { <-started; cancel(errUserStop) }()
-	res, err := NewExecutor(m, newRegistry(t, slow), ExecOptions{ModelName: "m", MaxSteps: 5}, nil).Run(ctx, TurnInput{User: userMsg("go")})
+	go func() { <-started; cancel(ErrStopped) }()
+	res, err := New(m, newRegistry(t, slow), Options{ModelName: "m", Limits: Limits{MaxSteps: 5}}, nil).Run(ctx, Input{User: userMsg("go")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Kind != bus.KindNotice {
+	if res.Kind != KindNotice {
 		t.Fatalf("kind = %q", res.Kind)
 	}
 	assertPaired(t, res.Messages)
@@ -258,19 +257,30 @@ func TestExecutorShutdownAborts(t *testing.T) {
 	}}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
 	defer cancel()
-	_, err := NewExecutor(m, nil, ExecOptions{ModelName: "m", MaxSteps: 5}, nil).Run(ctx, TurnInput{User: userMsg("go")})
+	_, err := New(m, nil, Options{ModelName: "m", Limits: Limits{MaxSteps: 5}}, nil).Run(ctx, Input{User: userMsg("go")})
 	if !errors.Is(err, ErrAborted) {
 		t.Fatalf("err = %v, want ErrAborted", err)
 	}
 }
 
 func TestStripThinkAndTruncate(t *testing.T) {
-	if got := stripThink("<think>x</think>answer<think>partial"); got != "answer" {
-		t.Fatalf("stripThink = %q", got)
+	if got := StripThink("<think>x</think>answer<think>partial"); got != "answer" {
+		t.Fatalf("StripThink = %q", got)
 	}
 	s := strings.Repeat("é", 100)
-	got := truncateMiddle(s, 51)
+	got := TruncateMiddle(s, 51)
 	if !strings.Contains(got, "omitted") || !strings.HasPrefix(got, "ééé") || !strings.HasSuffix(got, "éé") {
-		t.Fatalf("truncateMiddle = %q", got)
+		t.Fatalf("TruncateMiddle = %q", got)
+	}
+}
+
+func TestProactiveTurnMayEndSilently(t *testing.T) {
+	empty := func(context.Context, llm.Request, func(llm.Delta)) (*llm.Response, error) {
+		return &llm.Response{FinishReason: llm.FinishStop}, nil
+	}
+	m := &scriptModel{steps: []func(context.Context, llm.Request, func(llm.Delta)) (*llm.Response, error){empty, empty}}
+	res, err := New(m, nil, Options{Limits: Limits{MaxSteps: 3}}, nil).Run(t.Context(), Input{User: userMsg("tick"), Proactive: true})
+	if err != nil || res.Text != "" || res.StopReason != StopEmpty {
+		t.Fatalf("res %+v err %v", res, err)
 	}
 }

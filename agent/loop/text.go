@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"fmt"
@@ -6,9 +6,9 @@ import (
 	"unicode/utf8"
 )
 
-// stripThink removes <think>...</think> sections, and an unfinished one at
+// StripThink removes <think>...</think> sections, and an unfinished one at
 // the end, from model text.
-func stripThink(s string) string {
+func StripThink(s string) string {
 	for {
 		i := strings.Index(s, "<think>")
 		if i < 0 {
@@ -22,9 +22,9 @@ func stripThink(s string) string {
 	}
 }
 
-// truncateMiddle keeps the head and tail of s within max bytes (cut on rune
+// TruncateMiddle keeps the head and tail of s within max bytes (cut on rune
 // boundaries) with a note of what was left out.
-func truncateMiddle(s string, max int) string {
+func TruncateMiddle(s string, max int) string {
 	if len(s) <= max {
 		return s
 	}

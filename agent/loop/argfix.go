@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"bytes"
@@ -8,12 +8,6 @@ import (
 	"strconv"
 	"strings"
 )
-
-// Aliased is implemented by tools that accept other names for their
-// parameters (alias → parameter), e.g. {"file": "path"}.
-type Aliased interface {
-	Aliases() map[string]string
-}
 
 // schemaProps is the part of a tool's JSON Schema argument fixing needs.
 type schemaProps struct {

@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"fmt"
@@ -125,18 +125,6 @@ func TestTrimTurns(t *testing.T) {
 		t.Fatalf("newest turn must stay: %d", len(got))
 	}
 }
-
-func TestParseCommand(t *testing.T) {
-	for in, want := range map[string]string{
-		"/new": cmdNew, " /STOP ": cmdStop, "/help@my_bot": cmdHelp, "/status now": cmdStatus,
-		"/usr/bin is a folder": cmdNone, "hello /new": cmdNone, "": cmdNone, "/": cmdNone,
-	} {
-		if got := parseCommand(in).name; got != want {
-			t.Errorf("parseCommand(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestNormaliseArgs(t *testing.T) {
 	for _, tc := range []struct {
 		raw, finish string
