@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
@@ -156,7 +158,11 @@ func crashAt(t *testing.T, bin, point string, afterWindow bool) {
 	nc := connectWhenUp(t, p1, url, dataDir)
 	w := newOutWatcher(t, url, dataDir)
 	defer w.Close()
-	bustest.PublishInbound(t, nc, subj, first)
+	// The daemon may die at its failpoint before the stream's
+	// acknowledgement reaches this client (the message is stored, the ack
+	// is lost with the process). A client then does what a bridge does:
+	// it publishes again, with the same id, once the bus is back.
+	published := publishInbound(t, nc, subj, first) == nil
 	select {
 	case err := <-p1.done:
 		if !killedBySIGKILL(err) {
@@ -178,6 +184,9 @@ func crashAt(t *testing.T, bin, point string, afterWindow bool) {
 	p2 := startProcess(t, bin, config)
 	nc = connectWhenUp(t, p2, url, dataDir)
 	defer nc.Close()
+	if !published {
+		bustest.PublishInbound(t, nc, subj, first)
+	}
 	ids := []string{first.ID}
 	if point == failpoint.ScheduleFire {
 		var run string
@@ -324,4 +333,19 @@ func TestReleaseBinaryHasNoFailpoints(t *testing.T) {
 	if err := p.cmd.ProcessState.Sys().(syscall.WaitStatus); err.Signaled() {
 		t.Errorf("release daemon ended by signal %v", err.Signal())
 	}
+}
+
+// publishInbound publishes in durably with its de-duplication id and
+// returns the error instead of failing the test.
+func publishInbound(t *testing.T, nc *nats.Conn, subj bus.Subjects, in bus.Inbound) error {
+	data, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = js.Publish(t.Context(), subj.In(in.Channel, in.ChatID), data, jetstream.WithMsgID(in.DedupKey()))
+	return err
 }
