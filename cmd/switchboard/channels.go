@@ -1,33 +1,133 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 
 	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/channels"
+	slackch "github.com/switchboard-chat/switchboard/channels/slack"
+	"github.com/switchboard-chat/switchboard/channels/telegram"
+	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/workspace"
+)
+
+// Readiness components of the built-in channels on /readyz.
+const (
+	compTelegram = "telegram"
+	compSlack    = "slack"
 )
 
 // channelDeps is what the daemon gives a built-in channel adapter besides
 // its configuration section.
 type channelDeps struct {
-	// Conn is the daemon's NATS connection (the adapter never closes it).
-	Conn *nats.Conn
-	// Subjects is the bus's subject scheme (bus.subject_prefix).
-	Subjects bus.Subjects
-	// Workspace is the agent's workspace; adapters save shared files in
-	// its inbox/<channel>/<chat>/ folders (workspace.InboxFolder), each
-	// private to its chat. It may be nil.
-	Workspace *workspace.Workspace
-	// DataDir is data_dir, where adapters keep their state files.
-	DataDir string
-	// Log is the process logger.
-	Log *slog.Logger
-	// Status reports a component's readiness (admin.Server.SetReady); nil
-	// means nobody listens.
-	Status func(component string, err error)
-	// Metrics counts platform sends and rate-limit waits; nil discards.
-	Metrics channels.Metrics
+	Conn      *nats.Conn // the daemon's connection (never closed by an adapter)
+	Subjects  bus.Subjects
+	Workspace *workspace.Workspace // shared files go to its inbox/<channel>/<chat>/; may be nil
+	DataDir   string               // where adapters keep their state files
+	Log       *slog.Logger
+	Status    func(component string, err error) // admin.Server.SetReady; nil: nobody listens
+	Metrics   channels.Metrics                  // platform sends and rate-limit waits; nil discards
+}
+
+// startChannels starts the built-in channel adapters whose sections are
+// configured (Telegram, Slack); each reports its readiness under its name.
+// A channel that stops for good (a rejected token, say) is logged and shown
+// on /readyz, and the rest of the daemon keeps serving.
+func startChannels(ctx context.Context, g *errgroup.Group, cfg Config, d channelDeps, adm *admin.Server) error {
+	for _, ch := range []struct {
+		name string
+		make func(Config, channelDeps) (channels.Channel, error)
+	}{{compTelegram, newTelegram}, {compSlack, newSlack}} {
+		c, err := ch.make(cfg, d)
+		if err != nil {
+			return err
+		}
+		if c == nil {
+			continue
+		}
+		adm.Expect(ch.name)
+		g.Go(func() error {
+			if err := c.Run(ctx); err != nil && ctx.Err() == nil {
+				d.Log.Error("channel stopped; the rest of the daemon keeps running", "channel", ch.name, "err", err)
+				adm.SetReady(ch.name, fmt.Errorf("stopped: %w", err))
+			}
+			return nil
+		})
+	}
+	return nil
+}
+
+// newTelegram builds the Telegram channel from channels.telegram, or nil
+// when the section is absent or sets no token (logged once: the shipped
+// config.yaml carries the section with ${TELEGRAM_BOT_TOKEN}). Its state
+// is data_dir/telegram.db; voice notes are transcribed when
+// llm.transcription_model is set. It does no I/O; the caller runs it.
+func newTelegram(cfg Config, d channelDeps) (channels.Channel, error) {
+	tc := cfg.Channels.Telegram
+	if tc == nil {
+		return nil, nil
+	}
+	if !tc.Enabled() {
+		if d.Log != nil {
+			d.Log.Info("Telegram channel is off: channels.telegram.token is empty " +
+				"(set TELEGRAM_BOT_TOKEN to turn it on; see docs/telegram.md)")
+		}
+		return nil, nil
+	}
+	deps := telegram.Deps{Conn: d.Conn, Subjects: d.Subjects, MaxTextBytes: cfg.Bus.MaxTextBytes,
+		StatePath: filepath.Join(d.DataDir, "telegram.db"), OutRetention: cfg.Bus.OutRetentionOrDefault(),
+		Files: d.root(), Log: d.Log, Status: d.status(compTelegram), Metrics: d.Metrics}
+	if cfg.LLM.TranscriptionModel != "" {
+		tr, err := llm.NewTranscriber(cfg.LLM, nil)
+		if err != nil {
+			return nil, err
+		}
+		deps.Transcriber = tr
+	}
+	a, err := telegram.New(*tc, deps)
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// newSlack builds the Slack channel from channels.slack, or nil when the
+// section is absent or sets no token. Its state is data_dir/slack.db. It
+// does no I/O; the caller runs it.
+func newSlack(cfg Config, d channelDeps) (channels.Channel, error) {
+	sc := cfg.Channels.Slack
+	if sc == nil || !sc.Enabled() {
+		return nil, nil
+	}
+	a, err := slackch.New(*sc, slackch.Options{Conn: d.Conn, SubjectPrefix: d.Subjects.Prefix,
+		MaxTextBytes: cfg.Bus.MaxTextBytes, Inbox: d.root(), StorePath: filepath.Join(d.DataDir, "slack.db"),
+		OutRetention: cfg.Bus.OutRetentionOrDefault(), Log: d.Log, Status: d.status(compSlack), Metrics: d.Metrics})
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// root is the workspace's root, nil without a workspace.
+func (d channelDeps) root() *os.Root {
+	if d.Workspace == nil {
+		return nil
+	}
+	return d.Workspace.Root()
+}
+
+// status reports component's readiness through d.Status, nil without one.
+func (d channelDeps) status(component string) func(error) {
+	if d.Status == nil {
+		return nil
+	}
+	return func(err error) { d.Status(component, err) }
 }

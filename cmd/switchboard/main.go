@@ -1,21 +1,11 @@
-// Command switchboard is the Switchboard chatbot daemon and its tools.
+// Command switchboard is the Switchboard chatbot daemon and its tools:
+// the daemon itself (serve, the default verb), the terminal chat, the
+// configuration check, the bus's tail and nats CLI context, stored
+// history, a self-contained demo, the container health check and the
+// version. `switchboard help` lists them with their flags (usage below).
 //
-//	switchboard [serve] [--config FILE]   run the daemon (default verb)
-//	switchboard chat [--config FILE] [--chat ID] [--url URL]
-//	                                      terminal client over the bus
-//	switchboard check [--config FILE]     validate the config, reach dependencies
-//	switchboard bus tail [--config FILE] [--channel NAME] [--url URL]
-//	                                      print bus traffic live
-//	switchboard bus context [--config FILE] [--name NAME]
-//	                                      write a nats CLI context for the bus
-//	switchboard history list|export|reset|compact [--config FILE] [--session KEY] [--out FILE]
-//	                                      work on history.db while the daemon is stopped
-//	switchboard demo                      daemon + scripted model + chat, in one process
-//
-// The bus accepts no anonymous client: chat, bus tail, bus context and check
-// log in as the operator with bus.admin or with the token the daemon
-// generates in data_dir/bus-operator.token; --url takes the credentials in
-// the URL (nats://TOKEN@host:4222, nats://user:password@host:4222).
+// This folder is wiring only: it parses flags, loads the configuration
+// (package config), builds the parts from their packages and runs them.
 package main
 
 import (
@@ -27,6 +17,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/switchboard-chat/switchboard/internal/buildinfo"
 )
 
 const defaultConfigPath = "./config.yaml"
@@ -68,7 +60,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "history":
 		err = runHistory(ctx, args, stdout, stderr)
 	case "version", "--version":
-		fmt.Fprintln(stdout, versionString())
+		fmt.Fprintln(stdout, buildinfo.String("switchboard", version))
 		return 0
 	case "healthcheck":
 		return runHealthcheck(ctx, args, stdout, stderr)

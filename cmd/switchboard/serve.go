@@ -16,7 +16,6 @@ import (
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/agent"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
-	"github.com/switchboard-chat/switchboard/channels"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/memory/boltstore"
@@ -194,34 +193,6 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 // before serve to make history writes fail as a failing disk would (the
 // write does not happen; metrics.Store.Fault).
 var testStoreFault func(op string) error
-
-// startChannels starts the built-in channel adapters whose sections are
-// configured (Telegram, Slack); each reports its readiness under its name.
-// A channel that stops for good (a rejected token, say) is logged and shown
-// on /readyz, and the rest of the daemon keeps serving.
-func startChannels(ctx context.Context, g *errgroup.Group, cfg Config, d channelDeps, adm *admin.Server) error {
-	for _, ch := range []struct {
-		name string
-		make func(Config, channelDeps) (channels.Channel, error)
-	}{{compTelegram, newTelegram}, {compSlack, newSlack}} {
-		c, err := ch.make(cfg, d)
-		if err != nil {
-			return err
-		}
-		if c == nil {
-			continue
-		}
-		adm.Expect(ch.name)
-		g.Go(func() error {
-			if err := c.Run(ctx); err != nil && ctx.Err() == nil {
-				d.Log.Error("channel stopped; the rest of the daemon keeps running", "channel", ch.name, "err", err)
-				adm.SetReady(ch.name, fmt.Errorf("stopped: %w", err))
-			}
-			return nil
-		})
-	}
-	return nil
-}
 
 // summarizer writes context summaries with the model, when one is
 // configured (otherwise the rule-based digest stands alone).

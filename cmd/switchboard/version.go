@@ -6,8 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"runtime"
-	"runtime/debug"
 
 	"github.com/switchboard-chat/switchboard/admin"
 )
@@ -15,39 +13,6 @@ import (
 // version is set at build time with -ldflags "-X main.version=v1.2.3";
 // otherwise the module version or VCS revision from the build info is used.
 var version = ""
-
-// versionString describes this build: version, commit, Go version.
-func versionString() string {
-	v, rev, dirty := version, "", false
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if v == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				dirty = s.Value == "true"
-			}
-		}
-	}
-	if v == "" {
-		v = "dev"
-	}
-	out := "switchboard " + v
-	if rev != "" {
-		if len(rev) > 12 {
-			rev = rev[:12]
-		}
-		out += " (" + rev
-		if dirty {
-			out += ", modified"
-		}
-		out += ")"
-	}
-	return out + " " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
-}
 
 // runHealthcheck implements `switchboard healthcheck`: GET /healthz on the
 // admin listener (from the config, or --url) and exit 0 on 200, 1
