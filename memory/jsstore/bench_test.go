@@ -3,6 +3,7 @@ package jsstore_test
 import (
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/switchboard-chat/switchboard/memory"
@@ -17,6 +18,10 @@ func BenchmarkTurn(b *testing.B) {
 	b.Run("jsstore", func(b *testing.B) {
 		srv := startServer(b, b.TempDir())
 		benchTurn(b, openStore(b, connect(b, srv.ClientURL()), jsstore.Options{}))
+	})
+	b.Run("jsstore-R3", func(b *testing.B) {
+		servers := startCluster(b, 3)
+		benchTurn(b, openStore(b, connect(b, servers[0].ClientURL()), jsstore.Options{Replicas: 3}))
 	})
 	b.Run("boltstore", func(b *testing.B) {
 		st, err := boltstore.Open(filepath.Join(b.TempDir(), "history.db"), boltstore.Options{})
@@ -61,4 +66,45 @@ func BenchmarkCommit(b *testing.B) {
 		}
 		i++
 	}
+}
+
+// BenchmarkParallelTurns is BenchmarkTurn from many sessions at once (one
+// per goroutine, 8 goroutines per core): what group commit is for.
+func BenchmarkParallelTurns(b *testing.B) {
+	run := func(b *testing.B, st memory.Store) {
+		var n atomic.Int64
+		b.ReportAllocs()
+		b.SetParallelism(8)
+		b.RunParallel(func(pb *testing.PB) {
+			sess := fmt.Sprint("telegram/p", n.Add(1))
+			i := 0
+			for pb.Next() {
+				if _, err := st.Load(b.Context(), sess, 20); err != nil {
+					b.Error(err)
+					return
+				}
+				if err := st.CommitTurn(b.Context(), memtest.Turn(sess, fmt.Sprint(i), "hello there", "general kenobi")); err != nil {
+					b.Error(err)
+					return
+				}
+				i++
+			}
+		})
+	}
+	b.Run("jsstore", func(b *testing.B) {
+		srv := startServer(b, b.TempDir())
+		run(b, openStore(b, connect(b, srv.ClientURL()), jsstore.Options{}))
+	})
+	b.Run("jsstore-R3", func(b *testing.B) {
+		servers := startCluster(b, 3)
+		run(b, openStore(b, connect(b, servers[0].ClientURL()), jsstore.Options{Replicas: 3}))
+	})
+	b.Run("boltstore", func(b *testing.B) {
+		st, err := boltstore.Open(filepath.Join(b.TempDir(), "history.db"), boltstore.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = st.Close() })
+		run(b, st)
+	})
 }

@@ -95,13 +95,6 @@ func (s *Store) CommitTurn(ctx context.Context, rec memory.TurnRecord) error {
 		return fmt.Errorf("jsstore: commit turn %q: %w", key, err)
 	}
 	defer s.locks.unlock(rec.Session, e)
-	select {
-	case s.inflight <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("jsstore: commit turn %q: %w", key, ctx.Err())
-	}
-	defer func() { <-s.inflight }()
-
 	ioCtx, cancel := s.io(ctx)
 	defer cancel()
 	chunks := splitChunks(enc.Messages, s.partMax())
@@ -124,12 +117,12 @@ func (s *Store) CommitTurn(ctx context.Context, rec memory.TurnRecord) error {
 		if err != nil {
 			return err
 		}
-		ack, err := s.publishBatch(ctx, msgs)
+		seq, err := s.commit(ctx, msgs)
 		if err != nil {
 			e.forget()
 			return classify(err)
 		}
-		e.head, e.known = headState{seq: ack.Sequence, h: next}, true
+		e.head, e.known = headState{seq: seq, h: next}, true
 		return nil
 	})
 	if errors.Is(err, errDup) || errors.Is(err, errConflict) && s.confirmDup(ioCtx, enc.Receipts) {
@@ -281,6 +274,7 @@ func (s *Store) publishBatch(ctx context.Context, msgs []*nats.Msg) (*jetstream.
 	for i, m := range msgs {
 		m.Header.Set("Nats-Batch-Id", id)
 		m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
+		m.Header.Del("Nats-Batch-Commit")
 		if i == len(msgs)-1 {
 			m.Header.Set("Nats-Batch-Commit", "1")
 			return s.js.PublishMsg(ctx, m)

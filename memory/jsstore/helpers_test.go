@@ -2,6 +2,7 @@ package jsstore_test
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"sync/atomic"
 	"testing"
@@ -73,16 +74,19 @@ var prefixes atomic.Int64
 func freshPrefix() string { return fmt.Sprintf("t%d", prefixes.Add(1)) }
 
 // startCluster starts n JetStream servers on loopback with routes between
-// them (random ports: the first is the seed the others route to) and
-// waits until JetStream has a meta leader.
-func startCluster(t *testing.T, n int) []*server.Server {
+// all of them and waits until JetStream has a meta leader that knows every
+// peer. Route ports are picked free just before (JetStream clustering needs
+// configured routes, so the OS cannot pick them at listen time).
+func startCluster(t testing.TB, n int) []*server.Server {
 	t.Helper()
-	var (
-		servers []*server.Server
-		seed    *url.URL
-	)
+	ports := freePorts(t, n)
+	var routes []*url.URL
+	for _, p := range ports {
+		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+	}
+	var servers []*server.Server
 	for i := range n {
-		opts := &server.Options{
+		s, err := server.NewServer(&server.Options{
 			ServerName: fmt.Sprintf("n%d", i+1),
 			Host:       "127.0.0.1",
 			Port:       server.RANDOM_PORT,
@@ -90,36 +94,22 @@ func startCluster(t *testing.T, n int) []*server.Server {
 			StoreDir:   t.TempDir(),
 			NoSigs:     true,
 			NoLog:      true,
-			Cluster: server.ClusterOpts{
-				Name: "jsstore",
-				Host: "127.0.0.1",
-				Port: server.RANDOM_PORT,
-			},
-		}
-		if seed != nil {
-			opts.Routes = []*url.URL{seed}
-		}
-		s, err := server.NewServer(opts)
+			Cluster:    server.ClusterOpts{Name: "jsstore", Host: "127.0.0.1", Port: ports[i]},
+			Routes:     routes,
+		})
 		if err != nil {
 			t.Fatalf("new server %d: %v", i+1, err)
 		}
 		s.Start()
 		t.Cleanup(func() { stopServer(s) })
-		if !s.ReadyForConnections(10 * time.Second) {
-			t.Fatalf("server %d not ready", i+1)
-		}
-		if seed == nil {
-			addr := s.ClusterAddr()
-			seed = &url.URL{Scheme: "nats", Host: addr.String()}
-		}
 		servers = append(servers, s)
 	}
-	waitFor(t, 20*time.Second, "a JetStream meta leader and all peers", func() bool {
-		for _, s := range servers {
-			if s.NumRoutes() < n-1 {
-				return false
-			}
+	for i, s := range servers {
+		if !s.ReadyForConnections(20 * time.Second) {
+			t.Fatalf("server %d not ready", i+1)
 		}
+	}
+	waitFor(t, 30*time.Second, "a JetStream meta leader that knows all peers", func() bool {
 		for _, s := range servers {
 			if s.JetStreamIsLeader() {
 				return len(s.JetStreamClusterPeers()) == n
@@ -130,8 +120,29 @@ func startCluster(t *testing.T, n int) []*server.Server {
 	return servers
 }
 
+// freePorts returns n loopback ports that were free a moment ago.
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var (
+		ports []int
+		ls    []net.Listener
+	)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		_ = l.Close()
+	}
+	return ports
+}
+
 // waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(20 * time.Millisecond)

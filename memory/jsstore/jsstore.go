@@ -80,11 +80,13 @@
 //
 // Every write returns after the stream acknowledged it: on a replicated
 // stream, after a quorum of nodes stored it; on one node, after the server
-// wrote it to its file store (fsynced per the server's sync_interval, or
-// at once with sync_always). Concurrent sessions' commits are separate
-// batches that the server handles in parallel (at most
-// Options.MaxInflight at a time per store, within the server's limit of
-// 50 atomic batches in flight per stream).
+// wrote it to its file store (on one node the server stages every atomic
+// batch in a file of its own and syncs it, so a commit costs a few
+// syncs). Commits are grouped: those that arrive while a batch is in
+// flight go together in the next one (at most 500 messages), so
+// concurrent sessions share one round trip and one staging file; when a
+// group batch fails (one of its commits conflicts or is a duplicate),
+// each commit of it is sent again alone for its own outcome.
 //
 // # Deleting
 //
@@ -123,9 +125,8 @@ import (
 
 // Defaults for [Options].
 const (
-	DefaultPrefix      = "switchboard"
-	DefaultTimeout     = 10 * time.Second
-	DefaultMaxInflight = 32
+	DefaultPrefix  = "switchboard"
+	DefaultTimeout = 10 * time.Second
 )
 
 // Message headers the store writes.
@@ -150,10 +151,6 @@ type Options struct {
 	Replicas int
 	// Timeout bounds each request to the server (default 10s).
 	Timeout time.Duration
-	// MaxInflight bounds the commits this store has in flight at once
-	// (default 32; the server takes at most 50 atomic batches per
-	// stream from all clients together).
-	MaxInflight int
 }
 
 var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -168,9 +165,8 @@ type Store struct {
 	name   string // stream name
 	base   string // "<prefix>.history."
 
-	// inflight bounds commits in flight (Options.MaxInflight).
-	inflight chan struct{}
-	locks    sessionLocks
+	group grouper
+	locks sessionLocks
 
 	// mu is held for reading by every operation and for writing by Close,
 	// so Close waits for operations in flight and later calls see closed.
@@ -227,23 +223,19 @@ func Open(ctx context.Context, nc *nats.Conn, opts Options) (*Store, error) {
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	if opts.MaxInflight == 0 {
-		opts.MaxInflight = DefaultMaxInflight
-	}
-	if opts.Timeout < 0 || opts.MaxInflight < 0 {
-		return nil, fmt.Errorf("jsstore: open: timeout and max inflight must be >= 0, got %s and %d", opts.Timeout, opts.MaxInflight)
+	if opts.Timeout < 0 {
+		return nil, fmt.Errorf("jsstore: open: timeout must be >= 0, got %s", opts.Timeout)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jsstore: open: %w", err)
 	}
 	s := &Store{
-		nc:       nc,
-		js:       js,
-		opts:     opts,
-		name:     StreamName(opts.Prefix),
-		base:     opts.Prefix + ".history.",
-		inflight: make(chan struct{}, opts.MaxInflight),
+		nc:   nc,
+		js:   js,
+		opts: opts,
+		name: StreamName(opts.Prefix),
+		base: opts.Prefix + ".history.",
 	}
 	s.locks.init()
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
