@@ -99,6 +99,8 @@ func (s *Store) CommitTurn(ctx context.Context, rec memory.TurnRecord) error {
 	defer cancel()
 	chunks := splitChunks(enc.Messages, s.partMax())
 	err = retry.Do(ioCtx, commitPolicy, func(ctx context.Context, attempt int) error {
+		ctx, cancel := s.attemptCtx(ctx)
+		defer cancel()
 		if attempt > 1 {
 			e.forget()
 			dup, err := s.anyReceipt(ctx, enc.Receipts)
@@ -132,6 +134,14 @@ func (s *Store) CommitTurn(ctx context.Context, rec memory.TurnRecord) error {
 		return fmt.Errorf("jsstore: commit turn %q of session %q: %w", key, rec.Session, err)
 	}
 	return nil
+}
+
+// attemptCtx bounds one attempt of a write to a quarter of
+// Options.Timeout, so a request lost with a dying server (a stream leader
+// that stopped) is tried again on the new leader within the operation's
+// time.
+func (s *Store) attemptCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opts.Timeout/4)
 }
 
 // confirmDup reports whether one of the receipts exists, after the
@@ -303,6 +313,8 @@ func (s *Store) MarkPublished(ctx context.Context, key string) error {
 	subj := s.receiptSubject(key)
 	var notFound bool
 	err := retry.Do(ioCtx, commitPolicy, func(ctx context.Context, _ int) error {
+		ctx, cancel := s.attemptCtx(ctx)
+		defer cancel()
 		m, err := s.getLast(ctx, subj)
 		if err != nil {
 			return err

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -199,12 +198,10 @@ func TestLoadReadsOnlyRecent(t *testing.T) {
 		}
 	}
 	spy := connect(t, srv.ClientURL())
-	var gets atomic.Int64
-	sub, err := spy.Subscribe("$JS.API.>", func(m *nats.Msg) {
-		if strings.Contains(m.Subject, "MSG.GET") || strings.Contains(m.Subject, "DIRECT.GET") {
-			gets.Add(1)
-		}
-	})
+	// A channel subscription: the connection's reader queues each message
+	// in order, so after a flush every request sent before it is queued.
+	seen := make(chan *nats.Msg, 1024)
+	sub, err := spy.ChanSubscribe("$JS.API.>", seen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,13 +215,19 @@ func TestLoadReadsOnlyRecent(t *testing.T) {
 	if diff := cmp.Diff([]string{"u117", "r117", "u118", "r118", "u119", "r119"}, texts(snap.Messages)); diff != "" || snap.Turns != 120 {
 		t.Fatalf("Load(3): turns %d, texts (-want +got):\n%s", snap.Turns, diff)
 	}
-	// The spy saw every request sent before Load returned once its own
-	// connection has round-tripped.
+	// The spy has queued every request sent before Load returned once its
+	// own connection has round-tripped.
 	if err := spy.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	_ = sub.Unsubscribe()
-	if n := gets.Load(); n != 4 {
+	n := 0
+	for len(seen) > 0 {
+		if m := <-seen;  strings.Contains(m.Subject, "MSG.GET") || strings.Contains(m.Subject, "DIRECT.GET") {
+			n++
+		}
+	}
+	if n != 4 {
 		t.Errorf("Load of 3 turns made %d message reads, want 4 (head + 3 chunks)", n)
 	}
 }

@@ -214,6 +214,8 @@ func (s *Store) updateHead(ctx context.Context, op, session string, fn func(ctx 
 	defer cancel()
 	var notFound bool
 	err = retry.Do(ioCtx, commitPolicy, func(ctx context.Context, attempt int) error {
+		ctx, cancel := s.attemptCtx(ctx)
+		defer cancel()
 		if attempt > 1 {
 			e.forget()
 		}
