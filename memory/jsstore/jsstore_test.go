@@ -223,7 +223,7 @@ func TestLoadReadsOnlyRecent(t *testing.T) {
 	_ = sub.Unsubscribe()
 	n := 0
 	for len(seen) > 0 {
-		if m := <-seen;  strings.Contains(m.Subject, "MSG.GET") || strings.Contains(m.Subject, "DIRECT.GET") {
+		if m := <-seen; strings.Contains(m.Subject, "MSG.GET") || strings.Contains(m.Subject, "DIRECT.GET") {
 			n++
 		}
 	}
