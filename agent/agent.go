@@ -1,6 +1,7 @@
-// Package agent is Switchboard's session manager: one goroutine per active
-// chat session, in-order turns within a session, concurrency across
-// sessions, the session commands (/new, /stop, /steer, /compact, /status),
+// Package agent is Switchboard's session manager: a goroutine per chat
+// session only while it has messages to process (an idle session costs the
+// memory of its context cache, for agent.session_idle, and nothing after),
+// in-order turns within a session, concurrency across sessions, the session commands (/new, /stop, /steer, /compact, /status),
 // history and its summaries, the system prompt, and the delivery of every
 // answer exactly once (receipt, publish, acknowledge). The tool-calling
 // model loop of one turn is package agent/loop; a session runs it with the

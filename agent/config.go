@@ -33,7 +33,8 @@ type Config struct {
 	MaxSteps int `yaml:"max_steps"`
 	// MaxConcurrentTurns bounds turns running at once across sessions.
 	MaxConcurrentTurns int `yaml:"max_concurrent_turns"`
-	// SessionIdle is how long a session goroutine lives without messages.
+	// SessionIdle is how long an idle session (no goroutine, nothing
+	// queued) stays in memory with its context cache before it is retired.
 	SessionIdle time.Duration `yaml:"session_idle"`
 	// MaxContextTokens is the token budget of one request's history.
 	MaxContextTokens int `yaml:"max_context_tokens"`

@@ -33,8 +33,9 @@ type courier struct {
 	// left for the next start instead of being retried now.
 	draining atomic.Bool
 
-	mu      sync.Mutex // guards pending; never held while calling out
+	mu      sync.Mutex // guards pending and peak; never held while calling out
 	pending map[bus.Delivery]struct{}
+	peak    int // most entries pending held since it was last rebuilt (shrunk)
 }
 
 func newCourier(deps Deps, opt Options, log *slog.Logger) *courier {
@@ -74,11 +75,17 @@ func (c *courier) heartbeat(ctx context.Context, every time.Duration) {
 	}
 }
 
-// done acknowledges d and stops tracking it.
-func (c *courier) done(d bus.Delivery) {
+// remove stops tracking d; the map is rebuilt smaller after a burst.
+func (c *courier) remove(d bus.Delivery) {
 	c.mu.Lock()
 	delete(c.pending, d)
+	c.pending = shrunk(c.pending, &c.peak)
 	c.mu.Unlock()
+}
+
+// done acknowledges d and stops tracking it.
+func (c *courier) done(d bus.Delivery) {
+	c.remove(d)
 	if err := d.Ack(); err != nil {
 		c.log.Warn("ack failed; the message may be redelivered and will be answered from its receipt", "subject", d.Subject(), "err", err)
 	}
@@ -88,9 +95,7 @@ func (c *courier) done(d bus.Delivery) {
 // soon when the delivery can be retried (the bus's backoff), else after the
 // bus's ack wait. While draining it is left for the next start.
 func (c *courier) untrack(d bus.Delivery) {
-	c.mu.Lock()
-	delete(c.pending, d)
-	c.mu.Unlock()
+	c.remove(d)
 	if r, ok := d.(retrier); ok && !c.draining.Load() {
 		if err := r.Retry(); err != nil {
 			c.log.Debug("retry request failed; the message is redelivered after the ack wait", "subject", d.Subject(), "err", err)
@@ -101,9 +106,7 @@ func (c *courier) untrack(d bus.Delivery) {
 // forget stops tracking d and leaves it to the bus as it is (no ack, no
 // retry request).
 func (c *courier) forget(d bus.Delivery) {
-	c.mu.Lock()
-	delete(c.pending, d)
-	c.mu.Unlock()
+	c.remove(d)
 }
 
 // retrier is a delivery that can ask to be redelivered soon (natsbus).

@@ -106,10 +106,12 @@ type Options struct {
 }
 
 // Manager runs the sessions: it consumes inbound messages, rejects invalid
-// ones to the DLQ, routes valid ones to one goroutine per session (in order
-// within a session, concurrently across sessions up to
-// Config.MaxConcurrentTurns), answers commands, and acknowledges a message
-// only once its final outbound message is persisted and published.
+// ones to the DLQ, routes valid ones to their session (in order within a
+// session, concurrently across sessions up to Config.MaxConcurrentTurns),
+// answers commands, and acknowledges a message only once its final
+// outbound message is persisted and published. A session has a goroutine
+// only while it has messages to process; an idle one stays in memory,
+// with its conversation cache, for Config.SessionIdle, then is retired.
 //
 // Create it with NewManager and call Run once.
 type Manager struct {
@@ -117,10 +119,11 @@ type Manager struct {
 	source Source
 	sem    chan struct{} // turn slots (agent.max_concurrent_turns)
 
-	mu       sync.Mutex // guards sessions; taken before session.mu and courier.mu
+	mu       sync.Mutex // guards sessions and peak; taken before session.mu and courier.mu
 	sessions map[string]*session
+	peak     int // most sessions the map held since it was last rebuilt (shrink)
 
-	wg          sync.WaitGroup // heartbeat, summaries, command goroutines
+	wg          sync.WaitGroup // heartbeat, sweep, summaries, command goroutines
 	sessWG      sync.WaitGroup // session goroutines
 	summaryJobs chan summaryJob
 }
@@ -208,16 +211,14 @@ func (m *Manager) Run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	m.wg.Go(func() { m.env.courier.heartbeat(runCtx, m.env.opt.Heartbeat) })
+	m.wg.Go(func() { m.sweeper(runCtx) })
 	if m.env.deps.Summarizer != nil {
 		m.summaries(runCtx)
 	}
 	err := m.source.Consume(ctx, func(d bus.Delivery) { m.dispatch(runCtx, d) })
+	// Running sessions see the flag before their next turn and end; idle
+	// ones have no goroutine.
 	m.env.courier.draining.Store(true)
-	m.mu.Lock()
-	for _, s := range m.sessions {
-		s.nudge()
-	}
-	m.mu.Unlock()
 	drained := make(chan struct{})
 	go func() { m.sessWG.Wait(); close(drained) }() // joined below: ends once sessions exit
 	timer := time.NewTimer(m.env.opt.ShutdownTimeout)
@@ -278,7 +279,8 @@ func (m *Manager) Queued() int {
 	return n
 }
 
-// ActiveSessions returns the number of live session goroutines.
+// ActiveSessions returns the number of sessions in memory: with messages
+// to process, or idle for less than Config.SessionIdle.
 func (m *Manager) ActiveSessions() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -300,31 +302,57 @@ func (m *Manager) background(f func()) { m.wg.Go(f) }
 
 func (m *Manager) draining() bool { return m.env.courier.draining.Load() }
 
-// startSession starts the goroutine of a new session. The caller holds m.mu.
-func (m *Manager) startSession(ctx context.Context, key string) *session {
-	s := newSession(m.env, m, key)
-	m.sessions[key] = s
-	m.sessWG.Go(func() {
-		for s.run(ctx) == sessionIdle {
-			if m.retire(s) {
-				s.noteConversation(ctx)
-				return
-			}
+// sweeper retires the sessions idle for longer than Config.SessionIdle,
+// every quarter of it (at least every minute), until ctx ends.
+func (m *Manager) sweeper(ctx context.Context) {
+	idle := m.env.cfg.SessionIdle
+	t := time.NewTicker(min(idle/4, time.Minute))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			m.sweep(ctx, now, idle)
 		}
-	})
-	return s
+	}
 }
 
-// retire removes an idle session from the map unless a message reached
-// its queue meanwhile (then it goes on running).
-func (m *Manager) retire(s *session) bool {
+// sweep removes the sessions that are retirable at now from the map
+// (rebuilding it when it shrank a lot: a Go map keeps its memory after
+// deletes) and writes their conversations to the daily notes. A message
+// for a retired session later starts a new one, loaded from the store.
+func (m *Manager) sweep(ctx context.Context, now time.Time, idle time.Duration) {
+	var retired []*session
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if s.queued() > 0 {
-		return false
+	for key, s := range m.sessions {
+		if s.retirable(now, idle) {
+			delete(m.sessions, key)
+			retired = append(retired, s)
+		}
 	}
-	delete(m.sessions, s.key)
-	return true
+	m.sessions = shrunk(m.sessions, &m.peak)
+	m.mu.Unlock()
+	for _, s := range retired {
+		s.noteConversation(ctx) // no goroutine owns the session any more
+	}
+}
+
+// shrunk returns m, or a copy of it in a map of its size when it holds a
+// quarter or less of the most entries it held (peak, updated here) and
+// that was many: deleting from a Go map never frees its memory.
+func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
+	const least = 1024
+	*peak = max(*peak, len(m))
+	if *peak < least || len(m) > *peak/4 {
+		return m
+	}
+	c := make(map[K]V, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	*peak = len(c)
+	return c
 }
 
 // dispatch is called by the source, one message at a time; it never blocks
@@ -363,11 +391,16 @@ func (m *Manager) dispatch(ctx context.Context, d bus.Delivery) {
 	key := in.SessionKey()
 	s := m.sessions[key]
 	if s == nil {
-		s = m.startSession(ctx, key)
+		s = newSession(env, m, key)
+		m.sessions[key] = s
+		m.peak = max(m.peak, len(m.sessions))
 	}
 	o := s.offer(item{in: in, d: d}, env.opt.Now(), env.opt.DeferDelay)
 	if o.held {
 		env.courier.track(d)
+	}
+	if o.start {
+		m.sessWG.Go(func() { s.run(ctx) })
 	}
 	m.mu.Unlock()
 	m.countRedelivery(in, redelivered && !o.back)

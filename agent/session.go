@@ -20,8 +20,8 @@ type item struct {
 }
 
 // sessionHost is what a session needs of the manager that runs it. The
-// manager also removes an idle session from its map when the session's
-// run returns sessionIdle (Manager.startSession).
+// manager starts a session's goroutine when offer asks for it and removes
+// a session idle for Config.SessionIdle from its map (Manager.sweep).
 type sessionHost interface {
 	// acquireTurn waits for one of agent.max_concurrent_turns turn slots;
 	// ok is false when ctx ended first. release frees the slot.
@@ -32,27 +32,35 @@ type sessionHost interface {
 	enqueueSummary(j summaryJob)
 	// draining reports whether shutdown began: no new turns start.
 	draining() bool
-	// ActiveSessions is the number of live sessions (for /status).
+	// ActiveSessions is the number of sessions in memory (for /status).
 	ActiveSessions() int
 }
 
-// session is one active chat session: a goroutine that processes its queue
-// in order. The queue, the deferred set and the summary are guarded by mu;
-// the running turn's cancel function and /steer inbox by steer; the
-// conversation cache is owned by the session goroutine.
+// session is one chat session: its queue, processed in order by a
+// goroutine that exists only while there is work (offer starts it, it ends
+// when the queue is empty), and what the session keeps between turns (the
+// conversation cache, the summary) while it stays in the manager's map for
+// Config.SessionIdle after its last turn. The queue, the running flag, the
+// idle time, the deferred set and the summary are guarded by mu; the
+// running turn's cancel function and /steer inbox by steer; the
+// conversation cache is owned by the running goroutine (taking over from
+// the previous one through mu).
 type session struct {
 	env  *sessionEnv
 	host sessionHost
 	key  string
-	wake chan struct{}
 
 	mu sync.Mutex
 	// queue holds at most maxHeldPerSession messages, in stream order.
 	queue []item
+	// running is true while a goroutine processes the queue.
+	running bool
+	// idleSince is when the last goroutine ended (monotonic clock).
+	idleSince time.Time
 	// deferred are the stream sequences of messages handed back to the bus
 	// (NakWithDelay) because the queue was full, with when; while one is
 	// outstanding, later messages are handed back too, so the chat's order
-	// holds.
+	// holds. nil until the first hand-back.
 	deferred map[uint64]time.Time
 	// summaryShared is the running summary of turns dropped from the
 	// context; guarded by mu because the background summariser updates it.
@@ -73,7 +81,7 @@ type conversation struct {
 }
 
 func newSession(env *sessionEnv, host sessionHost, key string) *session {
-	return &session{env: env, host: host, key: key, wake: make(chan struct{}, 1), deferred: map[uint64]time.Time{}}
+	return &session{env: env, host: host, key: key}
 }
 
 func (s *session) summary() string {
@@ -88,26 +96,21 @@ func (s *session) setSummary(v string) {
 	s.mu.Unlock()
 }
 
-// nudge wakes the session goroutine (e.g. to notice a shutdown).
-func (s *session) nudge() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
 // offered is what offer did with a message.
 type offered struct {
 	held  bool          // in the queue; else hand it back after delay
 	delay time.Duration // for a message not held
 	back  bool          // the message is one this session handed back earlier
+	start bool          // held, and the session has no goroutine: start one (run)
 }
 
 // offer puts it into the queue, in stream order, when the queue has room
 // and no earlier message of the session is still with the bus; otherwise
 // the caller hands it back to the bus (bus.Delivery.NakWithDelay) with the
 // returned delay, which grows with the messages ahead of it. base is
-// Options.DeferDelay. The caller holds m.mu.
+// Options.DeferDelay. When it holds the message and the session has no
+// goroutine, it marks the session running and reports start: the caller
+// must then start run. The caller holds m.mu.
 func (s *session) offer(it item, now time.Time, base time.Duration) offered {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -125,19 +128,25 @@ func (s *session) offer(it item, now time.Time, base time.Duration) offered {
 		}
 	}
 	if len(s.queue) < maxHeldPerSession && (seq == 0 || ahead == 0) {
-		delete(s.deferred, seq)
+		if back {
+			delete(s.deferred, seq)
+		}
+		if len(s.deferred) == 0 {
+			s.deferred = nil // a map keeps its memory after deletes
+		}
 		i := len(s.queue)
 		for seq != 0 && i > 0 && s.queue[i-1].d.Info().Sequence > seq {
 			i--
 		}
 		s.queue = slices.Insert(s.queue, i, it)
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
-		return offered{held: true, back: back}
+		start := !s.running
+		s.running = true
+		return offered{held: true, back: back, start: start}
 	}
 	if seq != 0 {
+		if s.deferred == nil {
+			s.deferred = map[uint64]time.Time{}
+		}
 		s.deferred[seq] = now
 	}
 	steps := 1 + (ahead+len(s.queue))/maxHeldPerSession
@@ -156,11 +165,16 @@ func collectable(in *bus.Inbound) bool {
 
 // next removes and returns the messages of the next turn: the oldest one
 // and, in collect mode, the collectable ones after it from the same
-// speaker, as long as their texts together stay within limit bytes.
-func (s *session) next(collect bool, limit int) []item {
+// speaker, as long as their texts together stay within limit bytes. It
+// returns none, and marks the session no longer running (stopRunning),
+// when the queue is empty, ctx ended or shutdown began: the calling
+// goroutine must then end. Messages left queued at shutdown are not
+// acknowledged: the bus redelivers them after the restart.
+func (s *session) next(ctx context.Context, collect bool, limit int) []item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.queue) == 0 {
+	if len(s.queue) == 0 || ctx.Err() != nil || s.host.draining() {
+		s.stopRunning()
 		return nil
 	}
 	n, size := 1, len(s.queue[0].in.Text)
@@ -177,6 +191,9 @@ func (s *session) next(collect bool, limit int) []item {
 	batch := slices.Clone(s.queue[:n])
 	clear(s.queue[:n])
 	s.queue = s.queue[n:]
+	if len(s.queue) == 0 {
+		s.queue = nil // the array goes with the last message it held
+	}
 	return batch
 }
 
@@ -186,39 +203,71 @@ func (s *session) queued() int {
 	return len(s.queue)
 }
 
-// sessionEnd is why a session's run returned.
-type sessionEnd int
-
-const (
-	sessionDone sessionEnd = iota // ctx ended or shutdown began
-	sessionIdle                   // no message for Config.SessionIdle
-)
-
-// run processes the queue until ctx ends, shutdown begins or the session
-// stays idle for Config.SessionIdle with an empty queue.
-func (s *session) run(ctx context.Context) sessionEnd {
-	idle := time.NewTimer(s.env.cfg.SessionIdle)
-	defer idle.Stop()
+// run processes the queue until it is empty, ctx ends or shutdown
+// begins; then the goroutine ends and the session waits, without one, for
+// its next message (offer) or for the manager to retire it
+// (Manager.sweep). Only one run is active per session (offer's start).
+func (s *session) run(ctx context.Context) {
 	collect := s.env.cfg.QueueMode == QueueCollect
 	for {
-		if ctx.Err() != nil || s.host.draining() {
-			return sessionDone
+		batch := s.next(ctx, collect, s.env.opt.MaxTextBytes)
+		if len(batch) == 0 {
+			return
 		}
-		if batch := s.next(collect, s.env.opt.MaxTextBytes); len(batch) > 0 {
-			s.process(ctx, batch)
-			continue
-		}
-		idle.Reset(s.env.cfg.SessionIdle)
-		select {
-		case <-ctx.Done():
-			return sessionDone
-		case <-s.wake:
-		case <-idle.C:
-			if s.queued() == 0 {
-				return sessionIdle
-			}
+		s.process(ctx, batch)
+	}
+}
+
+// stopRunning ends the session's goroutine: the conversation cache is
+// trimmed to what it holds (the session may stay idle in memory for a
+// long time) and the session is marked idle. The caller holds s.mu and is
+// the running goroutine.
+func (s *session) stopRunning() {
+	s.conv.history = tight(s.conv.history)
+	if s.env.deps.Memory == nil {
+		s.conv.unnoted = nil // only the daily notes read it
+	} else {
+		s.conv.unnoted = tight(s.conv.unnoted)
+	}
+	s.running = false
+	s.idleSince = time.Now()
+}
+
+// tight returns ms, copied into an array of its length when the one it is
+// in has much room to spare (append's growth, the loop's headroom): what
+// an idle session keeps costs only what it holds.
+func tight(ms []memory.Message) []memory.Message {
+	if len(ms) == 0 {
+		return nil
+	}
+	if cap(ms)-len(ms) <= len(ms)/4+1 {
+		return ms
+	}
+	return slices.Clone(ms)
+}
+
+// retirable reports whether the session may leave the manager's map: no
+// goroutine, nothing queued, idle for longer than idle at now, and no
+// handed-back message outstanding (entries older than deferExpiry are
+// dropped first). The caller holds m.mu.
+func (s *session) retirable(now time.Time, idle time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running || len(s.queue) > 0 || now.Sub(s.idleSince) < idle {
+		return false
+	}
+	expiry := deferExpiry(s.env.opt.DeferDelay)
+	at := s.env.opt.Now()
+	for q, t := range s.deferred {
+		if at.Sub(t) > expiry {
+			delete(s.deferred, q)
 		}
 	}
+	if len(s.deferred) > 0 {
+		return false
+	}
+	s.deferred = nil
+	return true
 }
 
 // process handles the messages of one turn (one message, or several

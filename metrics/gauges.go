@@ -25,7 +25,7 @@ type Consumer interface {
 // acknowledgement-pending and redelivered messages (-1 when the bus does
 // not answer within 2 s).
 func (m *Metrics) Runtime(s Sessions, c Consumer) {
-	m.Gauge("switchboard_active_sessions", "Session goroutines alive.", func() float64 { return float64(s.ActiveSessions()) })
+	m.Gauge("switchboard_active_sessions", "Sessions in memory: processing, or idle within agent.session_idle.", func() float64 { return float64(s.ActiveSessions()) })
 	m.Gauge("switchboard_queued_messages", "Messages waiting in session queues.", func() float64 { return float64(s.Queued()) })
 	stat := func(f func(natsbus.ConsumerStats) float64) func() float64 {
 		return func() float64 {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/switchboard-chat/switchboard/bus"
 )
@@ -117,21 +118,30 @@ func StreamConfigsWith(prefix string, outRetention time.Duration) []jetstream.St
 
 // ensureStreams creates the streams or updates them to the current
 // configuration (an existing CHAT_OUT gets the configured retention and
-// de-duplication window; a change is logged).
+// de-duplication window; a change is logged). The streams are independent:
+// they are ensured concurrently (the server creates each one's store, so
+// the start-up waits for the slowest, not for the three in a row).
 func (b *Bus) ensureStreams(ctx context.Context) error {
+	var g errgroup.Group
 	for _, cfg := range StreamConfigsWith(b.subj.Prefix, b.outRetention) {
-		var before *jetstream.StreamConfig
-		if s, err := b.js.Stream(ctx, cfg.Name); err == nil {
-			c := s.CachedInfo().Config
-			before = &c
-		}
-		if _, err := b.js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
-		}
-		if before != nil && (before.MaxAge != cfg.MaxAge || before.Duplicates != cfg.Duplicates) {
-			b.log.Info("stream updated", "stream", cfg.Name, "max_age", cfg.MaxAge, "was_max_age", before.MaxAge,
-				"duplicate_window", cfg.Duplicates, "was_duplicate_window", before.Duplicates)
-		}
+		g.Go(func() error { return b.ensureStream(ctx, cfg) })
+	}
+	return g.Wait()
+}
+
+// ensureStream creates or updates one stream.
+func (b *Bus) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) error {
+	var before *jetstream.StreamConfig
+	if s, err := b.js.Stream(ctx, cfg.Name); err == nil {
+		c := s.CachedInfo().Config
+		before = &c
+	}
+	if _, err := b.js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+	}
+	if before != nil && (before.MaxAge != cfg.MaxAge || before.Duplicates != cfg.Duplicates) {
+		b.log.Info("stream updated", "stream", cfg.Name, "max_age", cfg.MaxAge, "was_max_age", before.MaxAge,
+			"duplicate_window", cfg.Duplicates, "was_duplicate_window", before.Duplicates)
 	}
 	return nil
 }

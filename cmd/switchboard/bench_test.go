@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -177,7 +178,11 @@ func BenchmarkStartupAndIdleRSS(b *testing.B) {
 }
 
 // rssKB reads VmRSS of a process from /proc (0 where unavailable).
-func rssKB(pid int) int {
+func rssKB(pid int) int { return statusKB(pid, "VmRSS") }
+
+// statusKB reads a field in kB of a process's /proc status (VmRSS,
+// RssAnon, RssFile), 0 where unavailable.
+func statusKB(pid int, field string) int {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
@@ -185,10 +190,114 @@ func rssKB(pid int) int {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
 			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
 			return n
 		}
 	}
 	return 0
+}
+
+// BenchmarkSessionRSS answers one message in each of N chats through the
+// whole daemon (embedded NATS with JetStream, durable bbolt history, the
+// scripted model over HTTP) and reports the growth of the test process's
+// RSS (all of it, and its anonymous part: without the pages of the files
+// bbolt and JetStream map or read) and of its live heap (after a GC) per
+// chat, the chats' sessions then idle in memory. The figures include what the bus and the store keep per
+// message (the stored envelopes, bbolt's pages), the daemon's session
+// costs being BenchmarkSessionMemory in package agent, which also runs
+// 100,000 sessions. b.N is ignored beyond running each case once.
+//
+//	go test ./cmd/switchboard -run '^$' -bench SessionRSS -benchtime 1x
+func BenchmarkSessionRSS(b *testing.B) {
+	for _, n := range []int{3_000, 10_000} {
+		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) {
+			for range b.N {
+				benchSessionRSS(b, n)
+			}
+		})
+	}
+}
+
+func benchSessionRSS(b *testing.B, sessions int) {
+	model := llmtest.NewServer(b, llmtest.WithResponder(llmtest.EchoResponder), llmtest.WithRecordLimit(0))
+	cfg := testConfig(b, model.URL())
+	cfg.Agent.SessionIdle = time.Hour
+	d := startDaemon(b, cfg)
+	js, err := jetstream.New(d.nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	subj := d.subjects()
+	const warm, workers = 100, 64
+	total := warm + sessions
+	finals := make([]chan struct{}, total)
+	for i := range finals {
+		finals[i] = make(chan struct{}, 1)
+	}
+	sub, err := d.nc.Subscribe(subj.OutAll(), func(m *nats.Msg) {
+		var o bus.Outbound
+		if json.Unmarshal(m.Data, &o) != nil || !o.Final {
+			return
+		}
+		if i, err := strconv.Atoi(strings.TrimPrefix(o.ChatID, "r")); err == nil && i >= 0 && i < total {
+			finals[i] <- struct{}{}
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		b.Fatal(err)
+	}
+	// ask sends one message in each chat from..to-1, workers at a time.
+	ask := func(from, to int) {
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for w := range workers {
+			wg.Go(func() {
+				for i := from + w; i < to; i += workers {
+					chat := "r" + strconv.Itoa(i)
+					in := bus.Inbound{V: 1, ID: "m" + strconv.Itoa(i), Channel: "console", ChatID: chat, UserID: "u", Text: "ping " + chat}
+					data, _ := json.Marshal(in)
+					if _, err := js.Publish(context.Background(), subj.In("console", chat), data, jetstream.WithMsgID(in.DedupKey())); err != nil {
+						errs <- err
+						return
+					}
+					select {
+					case <-finals[i]:
+					case <-time.After(2 * time.Minute):
+						errs <- fmt.Errorf("chat %s: no final reply", chat)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		select {
+		case err := <-errs:
+			b.Fatal(err)
+		default:
+		}
+	}
+	ask(0, warm)
+	heap0, rss0, anon0 := liveHeap(), rssKB(os.Getpid()), statusKB(os.Getpid(), "RssAnon")
+	b.ReportAllocs()
+	b.ResetTimer()
+	ask(warm, total)
+	b.StopTimer()
+	heap1, rss1, anon1 := liveHeap(), rssKB(os.Getpid()), statusKB(os.Getpid(), "RssAnon")
+	b.ReportMetric(float64(rss1-rss0)/float64(sessions), "rss_KB/session")
+	b.ReportMetric(float64(anon1-anon0)/float64(sessions), "rss_anon_KB/session")
+	b.ReportMetric(float64(heap1-heap0)/1024/float64(sessions), "heap_KB/session")
+	b.ReportMetric(float64(rss1)/1024, "rss_MB")
+}
+
+// liveHeap is the live heap and stacks after a GC, in bytes.
+func liveHeap() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc + ms.StackInuse)
 }
