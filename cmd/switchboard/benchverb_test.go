@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/switchboard-chat/switchboard/internal/loadgen"
+	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
 // runVerb runs the command line args and returns its exit code, stdout and
@@ -87,6 +88,25 @@ func TestBenchVerbReportAndCompare(t *testing.T) {
 	}
 }
 
+// --model-url uses a model served elsewhere (here by the test) instead
+// of the scripted model in the bench's process.
+func TestBenchVerbExternalModel(t *testing.T) {
+	model := llmtest.NewServer(t, llmtest.WithResponder(llmtest.EchoResponder), llmtest.WithStrict())
+	code, out, errOut := runVerb(t, "bench", "--chats", "2", "--messages", "2", "--model-url", model.URL())
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if n := model.RequestCount(); n != 4 {
+		t.Errorf("the external model answered %d requests, want 4", n)
+	}
+	if v := model.Violations(); len(v) > 0 {
+		t.Errorf("requests broke the wire rules: %v", v)
+	}
+	if !strings.Contains(out, "tools all, model "+model.URL()+", ") {
+		t.Errorf("report does not name the model:\n%s", out)
+	}
+}
+
 // --keep keeps the temporary folder with the daemon's history in it.
 func TestBenchVerbKeep(t *testing.T) {
 	code, out, errOut := runVerb(t, "bench", "--chats", "1", "--messages", "1", "--keep")
@@ -132,6 +152,8 @@ func TestBenchVerbBadFlags(t *testing.T) {
 		{[]string{"--tools", "web"}, 2, `--tools: must be all or files, got "web"`},
 		{[]string{"--model-latency", "-1s"}, 2, "--model-latency: must not be negative"},
 		{[]string{"--timeout", "0s"}, 2, "--timeout: must be positive"},
+		{[]string{"--model-url", "127.0.0.1:8088"}, 2, "--model-url: must be an http:// or https:// URL"},
+		{[]string{"--model-url", "http://127.0.0.1:8088/v1", "--model-latency", "1s"}, 2, "--model-latency: the scripted model's delay"},
 		{[]string{"--chats", "many"}, 2, `invalid value "many" for flag -chats`},
 		{[]string{"extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"--compare", filepath.Join(t.TempDir(), "missing.json")}, 1, "missing.json: no such file"},

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -30,11 +32,14 @@ const (
 
 // Bench is `switchboard bench`: the daemon on a temporary folder
 // (package scripted) with the scripted model answering "echo: …" (llmtest
-// EchoResponder) after ModelLatency, loaded by Drive.
+// EchoResponder) after ModelLatency, loaded by Drive. With ModelURL the
+// model is that OpenAI-compatible server instead (cmd/fakellm in another
+// process keeps the model's allocations out of the figures).
 type Bench struct {
 	Load         Options
 	Tools        string        // ToolsAll or ToolsFiles
 	ModelLatency time.Duration // the scripted model's delay before its first byte
+	ModelURL     string        // an external model's base URL; "" serves the scripted model in process
 	JSON         string        // write the result there
 	Compare      string        // print the ratio to the result saved there
 	Keep         bool          // keep the temporary folder
@@ -49,6 +54,7 @@ func (b *Bench) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&b.Load.Timeout, "timeout", DefaultTimeout, "how long a message may wait for its final reply before the run fails")
 	fs.StringVar(&b.Tools, "tools", ToolsAll, "tools offered to the model: all (the default tool set) or files (the four file tools)")
 	fs.DurationVar(&b.ModelLatency, "model-latency", 0, "the scripted model's delay before it answers (e.g. 200ms); 0 measures Switchboard alone")
+	fs.StringVar(&b.ModelURL, "model-url", "", "use the OpenAI-compatible model at `URL` (e.g. fakellm in another process, so that its allocations are not counted) instead of the scripted model in this process")
 	fs.StringVar(&b.JSON, "json", "", "write the result as JSON to `FILE`")
 	fs.StringVar(&b.Compare, "compare", "", "print the ratio to the result saved in `FILE` by --json")
 	fs.BoolVar(&b.Keep, "keep", false, "keep the temporary folder (data, workspace) and print its path")
@@ -67,6 +73,12 @@ func (b Bench) Validate() error {
 	}
 	if b.ModelLatency < 0 {
 		return fmt.Errorf("--model-latency: must not be negative, got %s", b.ModelLatency)
+	}
+	if b.ModelURL != "" && b.ModelLatency != 0 {
+		return errors.New("--model-latency: the scripted model's delay; with --model-url set the external model's own (fakellm --latency)")
+	}
+	if u, err := url.Parse(b.ModelURL); b.ModelURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		return fmt.Errorf("--model-url: must be an http:// or https:// URL such as http://127.0.0.1:8088/v1, got %q", b.ModelURL)
 	}
 	if b.Load.Timeout == 0 {
 		return errors.New("--timeout: must be positive, got 0s")
@@ -113,14 +125,20 @@ func (b Bench) Run(ctx context.Context, w io.Writer, daemon Daemon) error {
 	if b.Tools == ToolsFiles {
 		setup.DisabledTools = FileToolsOnly
 	}
-	model := llmtest.NewHandler(llmtest.WithResponder(llmtest.EchoResponder), llmtest.WithRecordLimit(0), llmtest.WithLatency(b.ModelLatency))
+	var model http.Handler
+	if b.ModelURL == "" {
+		model = llmtest.NewHandler(llmtest.WithResponder(llmtest.EchoResponder), llmtest.WithRecordLimit(0), llmtest.WithLatency(b.ModelLatency))
+	}
 	return scripted.Run(ctx, "switchboard-bench-", b.Keep, model, func(ctx context.Context, env scripted.Env) error {
+		if b.ModelURL != "" {
+			env.ModelURL = b.ModelURL
+		}
 		setup.Env = env
 		r, err := b.drive(ctx, setup, daemon)
 		if err != nil {
 			return err
 		}
-		r.Tools, r.ModelLatencyMs = b.Tools, float64(b.ModelLatency.Microseconds())/1000
+		r.Tools, r.ModelLatencyMs, r.ModelURL = b.Tools, float64(b.ModelLatency.Microseconds())/1000, b.ModelURL
 		if err := Print(w, r, base, b.Compare); err != nil {
 			return err
 		}

@@ -13,13 +13,15 @@ import (
 // `switchboard bench --json` and `--compare`.
 type Result struct {
 	// What ran. Messages is per chat (0 when Options.Turns spread the
-	// turns); Rate 0 is the closed loop. Tools and ModelLatencyMs are
+	// turns); Rate 0 is the closed loop. Tools, ModelLatencyMs and
+	// ModelURL (an external model; "" is the scripted one in process) are
 	// filled by Bench.
 	Chats          int     `json:"chats"`
 	Messages       int     `json:"messages"`
 	Rate           float64 `json:"rate"`
 	Tools          string  `json:"tools,omitempty"`
 	ModelLatencyMs float64 `json:"model_latency_ms"`
+	ModelURL       string  `json:"model_url,omitempty"`
 	// What it measured.
 	Turns          int     `json:"turns"`
 	Seconds        float64 `json:"seconds"`
@@ -83,8 +85,12 @@ func (r Result) Describe() string {
 	if tools == "" {
 		tools = "all"
 	}
-	return fmt.Sprintf("%s, %s, tools %s, model latency %g ms, %s, GOMAXPROCS %d",
-		load, loop, tools, r.ModelLatencyMs, r.GoVersion, r.GOMAXPROCS)
+	model := fmt.Sprintf("model latency %g ms", r.ModelLatencyMs)
+	if r.ModelURL != "" {
+		model = "model " + r.ModelURL
+	}
+	return fmt.Sprintf("%s, %s, tools %s, %s, %s, GOMAXPROCS %d",
+		load, loop, tools, model, r.GoVersion, r.GOMAXPROCS)
 }
 
 // row is one line of the printed table.

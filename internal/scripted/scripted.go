@@ -5,7 +5,8 @@
 //
 // Run creates the folder, serves the model, calls the caller's function
 // with the folder's paths and the model's URL, then stops the model server
-// (joined) and removes the folder unless asked to keep it.
+// (joined) and removes the folder unless asked to keep it. Without a
+// model (a model served elsewhere), Run only makes the folder.
 package scripted
 
 import (
@@ -38,7 +39,8 @@ type Env struct {
 // Run makes a temporary folder whose name starts with prefix, serves model
 // on 127.0.0.1 at a random port and runs fn. When fn returns, the server is
 // shut down and joined, and the folder is removed unless keep is set. It
-// returns fn's error, else the server's.
+// returns fn's error, else the server's. With a nil model nothing is
+// served and Env.ModelURL is empty.
 func Run(ctx context.Context, prefix string, keep bool, model http.Handler, fn func(ctx context.Context, env Env) error) (err error) {
 	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
@@ -46,6 +48,10 @@ func Run(ctx context.Context, prefix string, keep bool, model http.Handler, fn f
 	}
 	if !keep {
 		defer os.RemoveAll(dir)
+	}
+	env := Env{Dir: dir, DataDir: filepath.Join(dir, "data"), Workspace: filepath.Join(dir, "workspace")}
+	if model == nil {
+		return fn(ctx, env)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -64,10 +70,6 @@ func Run(ctx context.Context, prefix string, keep bool, model http.Handler, fn f
 			err = fmt.Errorf("scripted: model server: %w", serr)
 		}
 	}()
-	return fn(ctx, Env{
-		Dir:       dir,
-		DataDir:   filepath.Join(dir, "data"),
-		Workspace: filepath.Join(dir, "workspace"),
-		ModelURL:  "http://" + ln.Addr().String() + "/v1",
-	})
+	env.ModelURL = "http://" + ln.Addr().String() + "/v1"
+	return fn(ctx, env)
 }
