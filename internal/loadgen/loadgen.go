@@ -156,19 +156,22 @@ func Drive(ctx context.Context, nc *nats.Conn, subj bus.Subjects, o Options) (Re
 		return Result{}, err
 	}
 	rssAfter, _ := RSS(0)
-	n := float64(len(d.lat))
-	slices.Sort(d.lat)
+	d.mu.Lock() // a late duplicate of a final may still be in onOutbound
+	lat := d.lat
+	d.mu.Unlock()
+	n := float64(len(lat))
+	slices.Sort(lat)
 	r := Result{
 		Chats:          len(d.counts),
 		Messages:       o.Messages,
 		Rate:           o.Rate,
-		Turns:          len(d.lat),
+		Turns:          len(lat),
 		Seconds:        elapsed.Seconds(),
 		TurnsPerSecond: n / elapsed.Seconds(),
-		P50Ms:          percentileMs(d.lat, 50),
-		P90Ms:          percentileMs(d.lat, 90),
-		P99Ms:          percentileMs(d.lat, 99),
-		MaxMs:          percentileMs(d.lat, 100),
+		P50Ms:          percentileMs(lat, 50),
+		P90Ms:          percentileMs(lat, 90),
+		P99Ms:          percentileMs(lat, 99),
+		MaxMs:          percentileMs(lat, 100),
 		RSSBeforeBytes: rssBefore,
 		RSSBytes:       rssAfter,
 		BytesPerTurn:   float64(after.TotalAlloc-before.TotalAlloc) / n,
@@ -397,7 +400,7 @@ func atMost(list []string, n int) string {
 }
 
 // RSS returns the resident memory of process pid (0: this process) in
-// bytes, from /proc.
+// bytes, from /proc (Drive reports 0 where /proc cannot be read).
 func RSS(pid int) (int64, error) {
 	var p procfs.Proc
 	var err error

@@ -21,6 +21,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// testTimeout bounds the wait for a final reply of the fake daemon.
+const testTimeout = 20 * time.Second
+
 var update = flag.Bool("update", false, "rewrite the golden files")
 
 // fakeDaemon stores inbound messages in a stream, as the daemon's bus
@@ -65,12 +68,15 @@ func fakeDaemon(t *testing.T, silent ...string) (*nats.Conn, bus.Subjects) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := daemon.Flush(); err != nil { // the fake daemon listens before the first message
+		t.Fatal(err)
+	}
 	return nc, subj
 }
 
 func TestDriveClosedLoop(t *testing.T) {
 	nc, subj := fakeDaemon(t)
-	r, err := Drive(t.Context(), nc, subj, Options{Chats: 3, Messages: 4})
+	r, err := Drive(t.Context(), nc, subj, Options{Chats: 3, Messages: 4, Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +93,7 @@ func TestDriveClosedLoop(t *testing.T) {
 
 func TestDriveTurnsSpreadOverChats(t *testing.T) {
 	nc, subj := fakeDaemon(t)
-	r, err := Drive(t.Context(), nc, subj, Options{Chats: 4, Turns: 7})
+	r, err := Drive(t.Context(), nc, subj, Options{Chats: 4, Turns: 7, Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +107,7 @@ func TestDriveTurnsSpreadOverChats(t *testing.T) {
 
 func TestDriveOpenLoop(t *testing.T) {
 	nc, subj := fakeDaemon(t)
-	r, err := Drive(t.Context(), nc, subj, Options{Chats: 2, Messages: 5, Rate: 500})
+	r, err := Drive(t.Context(), nc, subj, Options{Chats: 2, Messages: 5, Rate: 500, Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
