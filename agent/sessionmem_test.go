@@ -92,7 +92,7 @@ func sessionGoroutines() int {
 // per session. It runs the manager over a lean in-process bus, a store that
 // keeps nothing and a model answering at once, so that what it measures is
 // the sessions' own memory (the daemon path, with bbolt and NATS, is
-// BenchmarkSessionRSS in cmd/switchboard; 100,000 turns through it take
+// BenchmarkSessionMemory in cmd/switchboard; 100,000 turns through it take
 // minutes). b.N is ignored beyond running each case once.
 //
 //	go test ./agent -run '^$' -bench SessionMemory -benchtime 1x

@@ -1,25 +1,15 @@
 package main
 
 import (
-	"bufio"
-	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"runtime"
 	"slices"
-	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/loadgen"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
@@ -27,14 +17,21 @@ import (
 // other (the next as soon as the previous one's final reply arrived), through
 // the whole daemon: embedded NATS with JetStream, durable bbolt history, the
 // executor, and the OpenAI-compatible scripted model over HTTP at zero
-// latency. b.N is the total number of turns. It reports turns/s, the latency
-// from publish to final reply (what Switchboard adds on top of the model),
-// and the RSS of the test process (daemon, model and clients together).
+// latency. b.N is the total number of turns; the load is loadgen.Drive,
+// the driver of `switchboard bench`. It reports turns/s, the latency from
+// publish to final reply (what Switchboard adds on top of the model), the
+// bytes and allocations per turn (B/op and allocs/op, and the same as
+// B/turn and allocs/turn from the driver's MemStats deltas), and the RSS
+// of the test process (daemon, model and clients together).
 //
-//	go test ./cmd/switchboard -run '^$' -bench Turns -benchtime 20000x
+//	go test ./cmd/switchboard -run '^$' -bench Turns -benchtime 5000x
 //
-// The tools=files variants offer only the four file tools of the foundation
-// issue (smaller requests); the others offer the whole default tool set.
+// The figures of issue 16: sessions=1000 and sessions=1000/tools=files
+// (turns/s at 1,000 sessions, whole tool set and file tools only;
+// allocations per turn at 1,000 sessions), sessions=1 (turns/s, p50 and
+// p99 of one session; with 5000x, the allocations per turn of a long
+// chat). The tools=files variants offer only the four file tools of the
+// foundation issue (smaller requests); the others the whole default tool set.
 func BenchmarkTurns(b *testing.B) {
 	for _, sessions := range []int{1, 1000} {
 		for _, filesOnly := range []bool{false, true} {
@@ -47,94 +44,69 @@ func BenchmarkTurns(b *testing.B) {
 	}
 }
 
-func benchTurns(b *testing.B, sessions int, filesOnly bool) {
+// benchDaemon starts the daemon of the benchmarks: the zero-latency echo
+// model, durable history, the whole tool set or the file tools only.
+func benchDaemon(b *testing.B, filesOnly bool) *daemon {
 	model := llmtest.NewServer(b, llmtest.WithResponder(llmtest.EchoResponder), llmtest.WithRecordLimit(0))
 	cfg := testConfig(b, model.URL())
 	if filesOnly {
-		cfg.Tools.Disabled = []string{"search_files", "web_fetch", "send_message", "schedule", "memory_*"}
+		cfg.Tools.Disabled = loadgen.FileToolsOnly
 	}
-	d := startDaemon(b, cfg)
-	js, err := jetstream.New(d.nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	subj := d.subjects()
-	if sessions > b.N {
-		sessions = b.N
-	}
-	// One channel per session receives that session's final replies.
-	finals := make([]chan struct{}, sessions)
-	for i := range finals {
-		finals[i] = make(chan struct{}, 1)
-	}
-	sub, err := d.nc.Subscribe(subj.OutAll(), func(m *nats.Msg) {
-		var o bus.Outbound
-		if json.Unmarshal(m.Data, &o) != nil || !o.Final {
-			return
-		}
-		i, err := strconv.Atoi(strings.TrimPrefix(o.ChatID, "s"))
-		if err == nil && i >= 0 && i < sessions {
-			finals[i] <- struct{}{}
-		}
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		b.Fatal(err)
-	}
+	return startDaemon(b, cfg)
+}
 
-	var mu sync.Mutex
-	lat := make([]time.Duration, 0, b.N)
-	var wg sync.WaitGroup
-	errs := make(chan error, sessions)
+func benchTurns(b *testing.B, sessions int, filesOnly bool) {
+	d := benchDaemon(b, filesOnly)
 	b.ReportAllocs()
 	b.ResetTimer()
-	start := time.Now()
-	for s := range sessions {
-		n := b.N / sessions
-		if s < b.N%sessions {
-			n++
-		}
-		wg.Go(func() {
-			chat := "s" + strconv.Itoa(s)
-			local := make([]time.Duration, 0, n)
-			for k := range n {
-				id := chat + "-" + strconv.Itoa(k)
-				in := bus.Inbound{V: 1, ID: id, Channel: "console", ChatID: chat, UserID: "u", Text: "ping " + id}
-				data, _ := json.Marshal(in)
-				t0 := time.Now()
-				if _, err := js.Publish(context.Background(), subj.In("console", chat), data, jetstream.WithMsgID(in.DedupKey())); err != nil {
-					errs <- err
-					return
-				}
-				select {
-				case <-finals[s]:
-				case <-time.After(2 * time.Minute):
-					errs <- fmt.Errorf("session %s: no final reply for %s", chat, id)
-					return
-				}
-				local = append(local, time.Since(t0))
-			}
-			mu.Lock()
-			lat = append(lat, local...)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
+	r, err := loadgen.Drive(b.Context(), d.nc, d.subjects(), loadgen.Options{Chats: sessions, Turns: b.N})
 	b.StopTimer()
-	select {
-	case err := <-errs:
+	if err != nil {
 		b.Fatal(err)
-	default:
 	}
-	slices.Sort(lat)
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "turns/s")
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50_ms")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99_ms")
-	b.ReportMetric(float64(rssKB(os.Getpid()))/1024, "rss_MB")
+	b.ReportMetric(r.TurnsPerSecond, "turns/s")
+	b.ReportMetric(r.P50Ms, "p50_ms")
+	b.ReportMetric(r.P99Ms, "p99_ms")
+	b.ReportMetric(r.BytesPerTurn, "B/turn")
+	b.ReportMetric(r.AllocsPerTurn, "allocs/turn")
+	b.ReportMetric(float64(r.RSSBytes)/(1<<20), "rss_MB")
+}
+
+// BenchmarkSessionMemory opens b.N chats, one message each, on one daemon
+// and reports what each session costs: the growth of the process's RSS
+// and of the live heap (after a GC) over the run, divided by the number of
+// sessions. Issue 16's figure is at 3,000 chats:
+//
+//	go test ./cmd/switchboard -run '^$' -bench SessionMemory -benchtime 3000x
+//
+// RSS growth includes the daemon's, the model's and the clients' buffers;
+// the live heap is the steadier figure.
+func BenchmarkSessionMemory(b *testing.B) {
+	d := benchDaemon(b, false)
+	heapBefore := liveHeap()
+	rssBefore, err := loadgen.RSS(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	r, err := loadgen.Drive(b.Context(), d.nc, d.subjects(), loadgen.Options{Chats: b.N, Messages: 1})
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	heapAfter := liveHeap()
+	b.ReportMetric(float64(r.RSSBytes-rssBefore)/1024/float64(b.N), "rss_KB/session")
+	b.ReportMetric(float64(int64(heapAfter)-int64(heapBefore))/1024/float64(b.N), "heap_KB/session")
+	b.ReportMetric(float64(r.RSSBytes)/(1<<20), "rss_MB")
+}
+
+// liveHeap is the heap in use after a full collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
 
 // BenchmarkStartupAndIdleRSS starts the real binary, measures the time until
@@ -144,7 +116,7 @@ func benchTurns(b *testing.B, sessions int, filesOnly bool) {
 func BenchmarkStartupAndIdleRSS(b *testing.B) {
 	bin := buildBinary(b)
 	var startup []time.Duration
-	var rss []int
+	var rss []int64
 	client := &http.Client{Timeout: time.Second}
 	for range b.N {
 		dir := b.TempDir()
@@ -167,137 +139,16 @@ func BenchmarkStartupAndIdleRSS(b *testing.B) {
 		}
 		startup = append(startup, time.Since(t0))
 		time.Sleep(500 * time.Millisecond) // let the daemon settle before reading its RSS
-		rss = append(rss, rssKB(p.cmd.Process.Pid))
+		n, err := loadgen.RSS(p.cmd.Process.Pid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rss = append(rss, n)
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		<-p.done
 	}
 	slices.Sort(startup)
 	slices.Sort(rss)
 	b.ReportMetric(float64(startup[len(startup)/2].Microseconds())/1000, "startup_ms")
-	b.ReportMetric(float64(rss[len(rss)/2])/1024, "idle_rss_MB")
-}
-
-// rssKB reads VmRSS of a process from /proc (0 where unavailable).
-func rssKB(pid int) int { return statusKB(pid, "VmRSS") }
-
-// statusKB reads a field in kB of a process's /proc status (VmRSS,
-// RssAnon, RssFile), 0 where unavailable.
-func statusKB(pid int, field string) int {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			return n
-		}
-	}
-	return 0
-}
-
-// BenchmarkSessionRSS answers one message in each of N chats through the
-// whole daemon (embedded NATS with JetStream, durable bbolt history, the
-// scripted model over HTTP) and reports the growth of the test process's
-// RSS (all of it, and its anonymous part: without the pages of the files
-// bbolt and JetStream map or read) and of its live heap (after a GC) per
-// chat, the chats' sessions then idle in memory. The figures include what the bus and the store keep per
-// message (the stored envelopes, bbolt's pages), the daemon's session
-// costs being BenchmarkSessionMemory in package agent, which also runs
-// 100,000 sessions. b.N is ignored beyond running each case once.
-//
-//	go test ./cmd/switchboard -run '^$' -bench SessionRSS -benchtime 1x
-func BenchmarkSessionRSS(b *testing.B) {
-	for _, n := range []int{3_000, 10_000} {
-		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) {
-			for range b.N {
-				benchSessionRSS(b, n)
-			}
-		})
-	}
-}
-
-func benchSessionRSS(b *testing.B, sessions int) {
-	model := llmtest.NewServer(b, llmtest.WithResponder(llmtest.EchoResponder), llmtest.WithRecordLimit(0))
-	cfg := testConfig(b, model.URL())
-	cfg.Agent.SessionIdle = time.Hour
-	d := startDaemon(b, cfg)
-	js, err := jetstream.New(d.nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	subj := d.subjects()
-	const warm, workers = 100, 64
-	total := warm + sessions
-	finals := make([]chan struct{}, total)
-	for i := range finals {
-		finals[i] = make(chan struct{}, 1)
-	}
-	sub, err := d.nc.Subscribe(subj.OutAll(), func(m *nats.Msg) {
-		var o bus.Outbound
-		if json.Unmarshal(m.Data, &o) != nil || !o.Final {
-			return
-		}
-		if i, err := strconv.Atoi(strings.TrimPrefix(o.ChatID, "r")); err == nil && i >= 0 && i < total {
-			finals[i] <- struct{}{}
-		}
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		b.Fatal(err)
-	}
-	// ask sends one message in each chat from..to-1, workers at a time.
-	ask := func(from, to int) {
-		var wg sync.WaitGroup
-		errs := make(chan error, workers)
-		for w := range workers {
-			wg.Go(func() {
-				for i := from + w; i < to; i += workers {
-					chat := "r" + strconv.Itoa(i)
-					in := bus.Inbound{V: 1, ID: "m" + strconv.Itoa(i), Channel: "console", ChatID: chat, UserID: "u", Text: "ping " + chat}
-					data, _ := json.Marshal(in)
-					if _, err := js.Publish(context.Background(), subj.In("console", chat), data, jetstream.WithMsgID(in.DedupKey())); err != nil {
-						errs <- err
-						return
-					}
-					select {
-					case <-finals[i]:
-					case <-time.After(2 * time.Minute):
-						errs <- fmt.Errorf("chat %s: no final reply", chat)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		select {
-		case err := <-errs:
-			b.Fatal(err)
-		default:
-		}
-	}
-	ask(0, warm)
-	heap0, rss0, anon0 := liveHeap(), rssKB(os.Getpid()), statusKB(os.Getpid(), "RssAnon")
-	b.ReportAllocs()
-	b.ResetTimer()
-	ask(warm, total)
-	b.StopTimer()
-	heap1, rss1, anon1 := liveHeap(), rssKB(os.Getpid()), statusKB(os.Getpid(), "RssAnon")
-	b.ReportMetric(float64(rss1-rss0)/float64(sessions), "rss_KB/session")
-	b.ReportMetric(float64(anon1-anon0)/float64(sessions), "rss_anon_KB/session")
-	b.ReportMetric(float64(heap1-heap0)/1024/float64(sessions), "heap_KB/session")
-	b.ReportMetric(float64(rss1)/1024, "rss_MB")
-}
-
-// liveHeap is the live heap and stacks after a GC, in bytes.
-func liveHeap() int64 {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return int64(ms.HeapAlloc + ms.StackInuse)
+	b.ReportMetric(float64(rss[len(rss)/2])/(1<<20), "idle_rss_MB")
 }

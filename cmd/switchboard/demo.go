@@ -2,15 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -18,6 +13,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/bus/bridge"
 	"github.com/switchboard-chat/switchboard/channels/console"
+	"github.com/switchboard-chat/switchboard/internal/scripted"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
@@ -35,77 +31,54 @@ func runDemo(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "switchboard-demo-")
-	if err != nil {
-		return fmt.Errorf("demo: %w", err)
-	}
-	if !*keep {
-		defer os.RemoveAll(dir)
-	}
-
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fmt.Errorf("demo: fake model listener: %w", err)
-	}
 	model := llmtest.NewHandler(llmtest.WithResponder(llmtest.DemoResponder), llmtest.WithRecordLimit(0))
-	srv := &http.Server{Handler: model, ReadHeaderTimeout: 5 * time.Second}
-
-	cfg := defaultConfig()
-	cfg.DataDir = filepath.Join(dir, "data")
-	cfg.Agent.Workspace = filepath.Join(dir, "workspace")
-	cfg.Bus.Listen = "" // in-process only
-	cfg.Admin.Listen = ""
-	cfg.LLM.BaseURL = "http://" + ln.Addr().String() + "/v1"
-	cfg.LLM.APIKey = "demo"
-	cfg.LLM.Model = "demo-scripted-model"
 	logOut := io.Discard
 	if *verbose {
 		logOut = stderr
 	}
 	log := slog.New(slog.NewTextHandler(logOut, nil))
-
-	fmt.Fprintf(stdout, "=== Switchboard DEMO ===\n"+
-		"This is a demo: the model is a scripted fake (it lists your workspace with a tool, then reports what it found).\n"+
-		"Data and workspace live in %s and are removed on exit%s.\n"+
-		"For a real model run `switchboard serve` with OPENAI_API_KEY set.\n\n", dir, map[bool]string{true: " (unless --keep)", false: ""}[!*keep])
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer scancel()
-		return srv.Shutdown(sctx)
-	})
-	ready := make(chan started, 1)
-	g.Go(func() error { return serve(gctx, cfg, log, func(s started) { ready <- s }) })
-	g.Go(func() error {
+	return scripted.Run(ctx, "switchboard-demo-", *keep, model, func(ctx context.Context, env scripted.Env) error {
+		fmt.Fprintf(stdout, "=== Switchboard DEMO ===\n"+
+			"This is a demo: the model is a scripted fake (it lists your workspace with a tool, then reports what it found).\n"+
+			"Data and workspace live in %s and are removed on exit%s.\n"+
+			"For a real model run `switchboard serve` with OPENAI_API_KEY set.\n\n", env.Dir, map[bool]string{true: " (unless --keep)", false: ""}[!*keep])
+		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		var s started
-		select {
-		case s = <-ready:
-		case <-gctx.Done():
-			return nil
-		}
-		br, err := bridge.New(s.Bus.Conn(), bridge.Options{Channel: console.Channel, SubjectPrefix: s.Bus.Subjects().Prefix})
-		if err != nil {
-			return err
-		}
-		defer br.Close()
-		c, err := console.New(br, console.Options{ChatID: "demo", UserID: "you", Wait: time.Minute}, stdout)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "> %s\n", demoFirstMessage)
-		input := io.MultiReader(strings.NewReader(demoFirstMessage+"\n"), stdin)
-		return c.Run(gctx, input)
+		g, gctx := errgroup.WithContext(ctx)
+		ready := make(chan started, 1)
+		g.Go(func() error { return serve(gctx, scriptedConfig(env), log, func(s started) { ready <- s }) })
+		g.Go(func() error {
+			defer cancel()
+			var s started
+			select {
+			case s = <-ready:
+			case <-gctx.Done():
+				return nil
+			}
+			br, err := bridge.New(s.Bus.Conn(), bridge.Options{Channel: console.Channel, SubjectPrefix: s.Bus.Subjects().Prefix})
+			if err != nil {
+				return err
+			}
+			defer br.Close()
+			c, err := console.New(br, console.Options{ChatID: "demo", UserID: "you", Wait: time.Minute}, stdout)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "> %s\n", demoFirstMessage)
+			input := io.MultiReader(strings.NewReader(demoFirstMessage+"\n"), stdin)
+			return c.Run(gctx, input)
+		})
+		return g.Wait()
 	})
-	return g.Wait()
+}
+
+// scriptedConfig is the configuration of demo and bench: the defaults, on
+// env's folders, with env's scripted model, the bus in-process only and
+// no admin listener.
+func scriptedConfig(env scripted.Env) Config {
+	cfg := defaultConfig()
+	cfg.DataDir, cfg.Agent.Workspace = env.DataDir, env.Workspace
+	cfg.Bus.Listen, cfg.Admin.Listen = "", ""
+	cfg.LLM.BaseURL, cfg.LLM.APIKey, cfg.LLM.Model = env.ModelURL, "scripted", "scripted-model"
+	return cfg
 }

@@ -1,8 +1,9 @@
 // Command switchboard is the Switchboard chatbot daemon and its tools:
 // the daemon itself (serve, the default verb), the terminal chat, the
 // configuration check, the bus's tail and nats CLI context, stored
-// history, a self-contained demo, the container health check and the
-// version. `switchboard help` lists them with their flags (usage below).
+// history, a self-contained demo and benchmark, the container health
+// check and the version. `switchboard help` lists them with their flags
+// (usage below).
 //
 // This folder is wiring only: it parses flags, loads the configuration
 // (package config), builds the parts from their packages and runs them.
@@ -55,6 +56,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runCheck(ctx, args, stdout)
 	case "demo":
 		err = runDemo(ctx, args, stdin, stdout, stderr)
+	case "bench":
+		err = runBench(ctx, args, stdout, stderr)
 	case "bus":
 		err = runBus(ctx, args, stdout, stderr)
 	case "history":
@@ -101,6 +104,8 @@ Usage:
   switchboard history list|export|reset|compact [--config FILE] [--session KEY] [--out FILE]
                                                    list, export (JSON Lines), reset or compact stored history (daemon stopped)
   switchboard demo                                 a self-contained demo with a scripted model
+  switchboard bench [--chats N] [--messages M] [--rate R] [--json FILE] [--compare FILE]
+                                                   load a throw-away daemon (scripted model) and print turns/s, latency, memory
   switchboard healthcheck [--config FILE | --url URL]
                                                    exit 0 when GET /healthz answers 200 (for containers)
   switchboard version                              print the version
