@@ -42,6 +42,8 @@ type env struct {
 	state string
 	agent *fakeAgent
 	logs  *syncBuffer
+	// onStore, when set, is the started channels' store hook.
+	onStore func(*store)
 }
 
 func newEnv(t *testing.T) *env {
@@ -92,6 +94,7 @@ func (e *env) start(t *testing.T, cfg Config, mod ...func(*Deps)) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.onStore = e.onStore
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{c: c, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- c.Run(ctx) }()

@@ -181,21 +181,23 @@ func (c *Channel) serveTurn(ctx context.Context, w http.ResponseWriter, k *apiKe
 		}
 		in.ID, in.ChatID = rec.ID, rec.Chat
 	}
-	t := c.turns.join(in.ID)
+	t, fresh := c.turns.joinNew(in.ID)
 	answered := false
 	defer func() { c.release(t, in, req.idempotency != "", answered) }()
-	// A retry finds the stored final; otherwise (a first request, or a
-	// retry after the channel restarted) it publishes: the stream's and
-	// the runtime's de-duplication keep a second publish from starting a
-	// second turn.
-	if a, ok, _ := c.store.getAnswer(in.ID); !ok || req.idempotency == "" {
+	// A retry finds the stored final, or joins the request still waiting
+	// for it; otherwise (a first request, or a retry after the channel
+	// restarted) it publishes: the stream's and the runtime's
+	// de-duplication keep a second publish from starting a second turn.
+	a, ok, _ := c.store.getAnswer(in.ID)
+	switch {
+	case ok && req.idempotency != "":
+		t.update(func() { t.final = &a })
+	case fresh || req.idempotency == "":
 		if herr := c.publish(ctx, in); herr != nil {
 			writeError(w, herr)
 			answered = true // nothing runs
 			return
 		}
-	} else {
-		t.update(func() { t.final = &a })
 	}
 	r := responder{c: c, w: w, req: req, id: "chatcmpl-" + in.ID, created: c.now().Unix()}
 	answered = r.respond(ctx, &t)

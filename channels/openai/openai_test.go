@@ -489,5 +489,3 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("a listen without a host binds %s, want loopback", a)
 	}
 }
-
-

@@ -53,8 +53,10 @@ type store struct {
 	ttl time.Duration
 	now func() time.Time
 
-	// failPut, when set (tests), makes putAnswer fail with its error.
+	// failPut, when set (tests), makes putAnswer fail with its error;
+	// onPut, when set, sees every final stored.
 	failPut func() error
+	onPut   func(answer)
 
 	mu        sync.Mutex
 	lastPrune time.Time
@@ -132,6 +134,9 @@ func (s *store) putAnswer(key string, a answer) error {
 	if err != nil {
 		return fmt.Errorf("openai: store final: %w", err)
 	}
+	if s.onPut != nil {
+		s.onPut(a)
+	}
 	s.maybePrune()
 	return nil
 }
@@ -155,22 +160,6 @@ func (s *store) getAnswer(id string) (answer, bool, error) {
 		return answer{}, false, fmt.Errorf("openai: read final: %w", err)
 	}
 	return a, found, nil
-}
-
-// answers returns every stored final of chat, oldest first (tests and
-// operators).
-func (s *store) answers(chat string) ([]answer, error) {
-	var out []answer
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketAnswers).ForEach(func(_, v []byte) error {
-			var a answer
-			if json.Unmarshal(v, &a) == nil && a.Chat == chat && s.live(a.At) {
-				out = append(out, a)
-			}
-			return nil
-		})
-	})
-	return out, err
 }
 
 // live reports whether a record written at unix second at is within the

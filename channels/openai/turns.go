@@ -76,17 +76,24 @@ func newTurns() *turns { return &turns{m: map[string]*turn{}} }
 
 // join registers one more waiter for inbound id.
 func (r *turns) join(id string) *turn {
+	t, _ := r.joinNew(id)
+	return t
+}
+
+// joinNew is join, also reporting whether the turn had no waiter before.
+func (r *turns) joinNew(id string) (*turn, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t := r.m[id]
-	if t == nil {
+	fresh := t == nil
+	if fresh {
 		t = &turn{id: id, changed: make(chan struct{})}
 		r.m[id] = t
 	}
 	t.mu.Lock()
 	t.waiters++
 	t.mu.Unlock()
-	return t
+	return t, fresh
 }
 
 // leave removes a waiter and reports how many remain; the last one
