@@ -47,11 +47,13 @@ func (c *Client) SubscribeOutbound(ctx context.Context, h Handler) error {
 // are informational: there is no retry and nothing to acknowledge.
 type EventHandler func(ctx context.Context, ev bus.Event)
 
-// Subscription says what [Client.Subscribe] listens to. Only Outbound is
-// required.
+// Subscription says what [Client.Subscribe] listens to. Outbound or Events
+// (or both) must be set.
 type Subscription struct {
 	// Outbound receives the outbound envelopes, as [Client.SubscribeOutbound]
-	// describes.
+	// describes. Nil: the outbound subjects are not subscribed (a client
+	// that reads its outbound envelopes with [Client.ConsumeOutbound] and
+	// wants the events only).
 	Outbound Handler
 	// ChatID, when set, narrows the subscription to the subjects of that
 	// chat ("<p>.out.<channel>.<chat>", "<p>.event.<channel>.<chat>")
@@ -73,10 +75,10 @@ type Subscription struct {
 // until ctx is cancelled, then unsubscribes and returns nil. Outbound
 // envelopes and events are handed to their handlers one at a time, in the
 // order the server delivered them (one queue for both), with the rules of
-// [Client.SubscribeOutbound]. It returns an error if s is incomplete, a
-// subscription fails or the connection closes.
+// [Client.SubscribeOutbound]. It returns an error if s sets neither
+// handler, a subscription fails or the connection closes.
 func (c *Client) Subscribe(ctx context.Context, s Subscription) error {
-	if s.Outbound == nil {
+	if s.Outbound == nil && s.Events == nil {
 		return errors.New("bridge: subscribe outbound: handler is nil")
 	}
 	if c.closed.Load() {
@@ -87,7 +89,10 @@ func (c *Client) Subscribe(ctx context.Context, s Subscription) error {
 	if s.ChatID != "" {
 		outSubject, evSubject = c.subj.Out(c.opts.Channel, s.ChatID), c.subj.Event(c.opts.Channel, s.ChatID)
 	}
-	subjects := []string{outSubject}
+	var subjects []string
+	if s.Outbound != nil {
+		subjects = append(subjects, outSubject)
+	}
 	if s.Events != nil {
 		subjects = append(subjects, evSubject)
 	}
@@ -103,7 +108,7 @@ func (c *Client) Subscribe(ctx context.Context, s Subscription) error {
 			return fmt.Errorf("bridge: subscribe outbound %s: %w", subject, err)
 		}
 		defer func() { _ = sub.Unsubscribe() }()
-		if outSub == nil {
+		if outSub == nil && s.Outbound != nil {
 			outSub = sub
 		}
 	}

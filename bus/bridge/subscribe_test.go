@@ -156,10 +156,63 @@ func TestSubscribeEndsWhenTheConnectionCloses(t *testing.T) {
 	}
 }
 
-func TestSubscribeNeedsAnOutboundHandler(t *testing.T) {
+func TestSubscribeNeedsAHandler(t *testing.T) {
 	e := newEnv(t)
 	c := e.newClient(t, Options{})
-	if err := c.Subscribe(t.Context(), Subscription{Events: func(context.Context, bus.Event) {}}); err == nil {
-		t.Fatal("Subscribe without an outbound handler succeeded")
+	if err := c.Subscribe(t.Context(), Subscription{ChatID: "c1"}); err == nil {
+		t.Fatal("Subscribe without any handler succeeded")
+	}
+}
+
+// TestSubscribeEventsOnly: a subscription with only an event handler gets
+// the events and leaves the outbound envelopes alone: a final published
+// meanwhile is not remembered as shown, so the client's durable consumer
+// still hands it over (the OpenAI channel reads events this way beside
+// ConsumeOutbound).
+func TestSubscribeEventsOnly(t *testing.T) {
+	e := newEnv(t)
+	c := e.newClient(t, Options{})
+	events := make(chan string, 10)
+	subscribing(t, c, Subscription{Events: func(_ context.Context, ev bus.Event) { events <- ev.Type + ":" + ev.ChatID }})
+	outs := make(chan string, 10)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- c.ConsumeOutbound(ctx, func(_ context.Context, o bus.Outbound) error { outs <- o.ID; return nil })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("ConsumeOutbound = %v", err)
+		}
+	})
+	e.publishCore(t, e.subj.Event("tg", "c1"), bus.Event{V: 1, Type: bus.EventToolCall, Channel: "tg", ChatID: "c1"})
+	select {
+	case got := <-events:
+		if got != "tool_call:c1" {
+			t.Fatalf("event = %s", got)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("no event")
+	}
+	// The durable consumer delivers only what is published after it
+	// exists: wait for it (the server announces no such event).
+	for deadline := time.Now().Add(waitTimeout); ; {
+		if _, err := e.js.Consumer(t.Context(), "CHAT_OUT", "bridge_tg"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the durable consumer was never created")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	e.publishOut(t, out("o1", "c1", "", "m1", bus.KindReply, 1, true))
+	select {
+	case got := <-outs:
+		if got != "o1" {
+			t.Fatalf("consumed %s, want o1", got)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("the final never reached the durable consumer")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/channels"
+	openaich "github.com/switchboard-chat/switchboard/channels/openai"
 	slackch "github.com/switchboard-chat/switchboard/channels/slack"
 	"github.com/switchboard-chat/switchboard/channels/telegram"
 	"github.com/switchboard-chat/switchboard/llm"
@@ -45,7 +46,7 @@ func startChannels(ctx context.Context, g *errgroup.Group, cfg Config, d channel
 	for _, ch := range []struct {
 		name string
 		make func(Config, channelDeps) (channels.Channel, error)
-	}{{compTelegram, newTelegram}, {compSlack, newSlack}} {
+	}{{compTelegram, newTelegram}, {compSlack, newSlack}, {openaich.Name, newOpenAI}} {
 		c, err := ch.make(cfg, d)
 		if err != nil {
 			return err
@@ -114,6 +115,21 @@ func newSlack(cfg Config, d channelDeps) (channels.Channel, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// newOpenAI builds the OpenAI-compatible API from channels.openai (state
+// in data_dir/openai.db), or nil when the section is absent or has no key.
+func newOpenAI(cfg Config, d channelDeps) (channels.Channel, error) {
+	oc := cfg.Channels.OpenAI
+	if oc == nil || !oc.Enabled() {
+		return nil, nil
+	}
+	c, err := openaich.New(*oc, openaich.Deps{Conn: d.Conn, Subjects: d.Subjects, MaxTextBytes: cfg.Bus.MaxTextBytes, NoModel: !cfg.LLM.Configured(),
+		StatePath: filepath.Join(d.DataDir, "openai.db"), OutRetention: cfg.Bus.OutRetentionOrDefault(), Log: d.Log, Status: d.status(openaich.Name), Metrics: d.Metrics})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // root is the workspace's root, nil without a workspace.

@@ -13,6 +13,7 @@ import (
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/agent"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	openaich "github.com/switchboard-chat/switchboard/channels/openai"
 	slackch "github.com/switchboard-chat/switchboard/channels/slack"
 	"github.com/switchboard-chat/switchboard/channels/telegram"
 	"github.com/switchboard-chat/switchboard/config"
@@ -45,6 +46,7 @@ type Config struct {
 // ChannelsConfig holds the built-in chat platform adapters (YAML section
 // "channels"). A nil section, or one with no token, is off.
 type ChannelsConfig struct {
+	OpenAI   *openaich.Config `yaml:"openai"`
 	Slack    *slackch.Config  `yaml:"slack"`
 	Telegram *telegram.Config `yaml:"telegram"`
 }
@@ -71,7 +73,7 @@ func defaultConfig() Config {
 		Tools:           tools.DefaultConfig(),
 		MCP:             mcp.DefaultConfig(),
 		Admin:           admin.DefaultConfig(),
-		Channels:        ChannelsConfig{Slack: new(slackch.DefaultConfig()), Telegram: new(telegram.DefaultConfig())},
+		Channels:        ChannelsConfig{OpenAI: new(openaich.DefaultConfig()), Slack: new(slackch.DefaultConfig()), Telegram: new(telegram.DefaultConfig())},
 	}
 }
 
@@ -153,6 +155,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("log.format: must be text or json, got %q", c.Log.Format))
 	}
 	errs = append(errs, c.Bus.Validate(), c.LLM.Validate(), c.Agent.Validate(), c.Memory.Validate(), c.Tools.Validate(), c.MCP.Validate(), c.Admin.Validate())
+	if c.Channels.OpenAI != nil {
+		errs = append(errs, c.Channels.OpenAI.Validate())
+	}
 	if c.Channels.Slack != nil {
 		errs = append(errs, c.Channels.Slack.Validate())
 	}

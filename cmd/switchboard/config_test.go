@@ -19,6 +19,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/agent"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	openaich "github.com/switchboard-chat/switchboard/channels/openai"
 	slackch "github.com/switchboard-chat/switchboard/channels/slack"
 	"github.com/switchboard-chat/switchboard/channels/telegram"
 	"github.com/switchboard-chat/switchboard/config"
@@ -111,6 +112,10 @@ func TestParseConfigTestdata(t *testing.T) {
 			c.Memory = memcfg.Config{Scope: "shared", Retention: 30, Consolidate: "03:15", EmbeddingModel: "text-embedding-3-small",
 				EmbeddingBaseURL: "http://embed:8080/v1", EmbeddingAPIKey: "ek-test", IndexInterval: 5 * time.Minute}
 			c.Admin.Listen = "0.0.0.0:19090"
+			c.Channels.OpenAI = &openaich.Config{Listen: "0.0.0.0:18088",
+				Keys:   []openaich.Key{{Key: "sk-full-0123456789abcdef", User: "ann"}, {Key: "sk-full-fedcba9876543210", User: "bob@example.com"}},
+				Models: []string{"switchboard", "switchboard-fast"}, MaxBodyBytes: 1 << 20, RequestTimeout: 2 * time.Minute, RateLimit: 30,
+				CORSOrigins: []string{"https://chat.example.com"}}
 			c.Channels.Slack = &slackch.Config{Mode: "http", BotToken: "xoxb-1-full", SigningSecret: "full-secret", HTTPListen: "0.0.0.0:3000",
 				APIURL: "http://slack-proxy:8080/api", AllowUsers: slackch.IDList{"U0123ABCD", "U0456EFGH"},
 				AllowChannels: slackch.IDList{"C0123ABCD"}, GroupTrigger: "all"}
