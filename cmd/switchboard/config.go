@@ -17,6 +17,7 @@ import (
 	slackch "github.com/switchboard-chat/switchboard/channels/slack"
 	"github.com/switchboard-chat/switchboard/channels/telegram"
 	"github.com/switchboard-chat/switchboard/config"
+	"github.com/switchboard-chat/switchboard/internal/logging"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
 	"github.com/switchboard-chat/switchboard/tools"
@@ -32,7 +33,7 @@ type Config struct {
 	// ShutdownTimeout is how long running turns may finish after SIGTERM
 	// or SIGINT before they are cancelled (and redelivered after restart).
 	ShutdownTimeout time.Duration  `yaml:"shutdown_timeout"`
-	Log             LogConfig      `yaml:"log"`
+	Log             logging.Config `yaml:"log"`
 	Bus             natsbus.Config `yaml:"bus"`
 	LLM             llm.Config     `yaml:"llm"`
 	Agent           agent.Config   `yaml:"agent"`
@@ -51,21 +52,13 @@ type ChannelsConfig struct {
 	Telegram *telegram.Config `yaml:"telegram"`
 }
 
-// LogConfig configures the process logger (YAML section "log").
-type LogConfig struct {
-	// Level is the lowest level logged: debug, info, warn or error.
-	Level string `yaml:"level"`
-	// Format is text (logfmt-style key=value) or json.
-	Format string `yaml:"format"`
-}
-
 // defaultConfig returns the documented defaults; the shipped config.yaml
 // with an empty environment decodes to exactly this value.
 func defaultConfig() Config {
 	return Config{
 		DataDir:         "./data",
 		ShutdownTimeout: 30 * time.Second,
-		Log:             LogConfig{Level: "info", Format: "text"},
+		Log:             logging.DefaultConfig(),
 		Bus:             natsbus.DefaultConfig(),
 		LLM:             llm.DefaultConfig(),
 		Agent:           agent.DefaultConfig(),
@@ -144,17 +137,7 @@ func (c Config) Validate() error {
 	if c.ShutdownTimeout < time.Second || c.ShutdownTimeout > time.Hour {
 		errs = append(errs, fmt.Errorf("shutdown_timeout: must be between 1s and 1h, got %s", c.ShutdownTimeout))
 	}
-	switch c.Log.Level {
-	case "debug", "info", "warn", "error":
-	default:
-		errs = append(errs, fmt.Errorf("log.level: must be one of debug, info, warn, error, got %q", c.Log.Level))
-	}
-	switch c.Log.Format {
-	case "text", "json":
-	default:
-		errs = append(errs, fmt.Errorf("log.format: must be text or json, got %q", c.Log.Format))
-	}
-	errs = append(errs, c.Bus.Validate(), c.LLM.Validate(), c.Agent.Validate(), c.Memory.Validate(), c.Tools.Validate(), c.MCP.Validate(), c.Admin.Validate())
+	errs = append(errs, c.Log.Validate(), c.Bus.Validate(), c.LLM.Validate(), c.Agent.Validate(), c.Memory.Validate(), c.Tools.Validate(), c.MCP.Validate(), c.Admin.Validate())
 	if c.Channels.OpenAI != nil {
 		errs = append(errs, c.Channels.OpenAI.Validate())
 	}
@@ -170,26 +153,5 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Logger returns the process logger writing to w in the configured level
-// and format. A nil w discards.
-func (c Config) Logger(w io.Writer) *slog.Logger {
-	if w == nil {
-		return slog.New(slog.DiscardHandler)
-	}
-	var level slog.Level
-	switch c.Log.Level {
-	case "debug":
-		level = slog.LevelDebug
-	case "warn":
-		level = slog.LevelWarn
-	case "error":
-		level = slog.LevelError
-	default:
-		level = slog.LevelInfo
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	if c.Log.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
-}
+// Logger returns the process logger writing to w (logging.Config.New).
+func (c Config) Logger(w io.Writer) *slog.Logger { return c.Log.New(w) }

@@ -23,6 +23,7 @@ import (
 	slackch "github.com/switchboard-chat/switchboard/channels/slack"
 	"github.com/switchboard-chat/switchboard/channels/telegram"
 	"github.com/switchboard-chat/switchboard/config"
+	"github.com/switchboard-chat/switchboard/internal/logging"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
 	"github.com/switchboard-chat/switchboard/tools"
@@ -62,7 +63,7 @@ func TestParseConfigTestdata(t *testing.T) {
 			*c = Config{
 				DataDir:         "/var/lib/sb",
 				ShutdownTimeout: 45 * time.Second,
-				Log:             LogConfig{Level: "debug", Format: "json"},
+				Log:             logging.Config{Level: "debug", Format: "json"},
 			}
 			c.Bus.URL = "nats://nats.internal:4222"
 			c.Bus.Listen = "0.0.0.0:14222"
@@ -491,7 +492,7 @@ func TestShippedConfigDocumentsEveryKey(t *testing.T) {
 func TestLogger(t *testing.T) {
 	var buf bytes.Buffer
 	cfg := defaultConfig()
-	cfg.Log = LogConfig{Level: "warn", Format: "json"}
+	cfg.Log = logging.Config{Level: "warn", Format: "json"}
 	log := cfg.Logger(&buf)
 	log.Info("hidden")
 	log.Warn("shown", "k", 1)
@@ -514,7 +515,7 @@ func TestLogger(t *testing.T) {
 		{"error", false, false, true},
 	} {
 		buf.Reset()
-		cfg.Log = LogConfig{Level: tt.level, Format: "text"}
+		cfg.Log = logging.Config{Level: tt.level, Format: "text"}
 		log := cfg.Logger(&buf)
 		log.Debug("d")
 		log.Info("i")
