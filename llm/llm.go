@@ -66,9 +66,13 @@ type Tool struct {
 
 // Request is one chat completion request.
 type Request struct {
-	Model       string // empty: the client's configured model
-	Messages    []Message
-	Tools       []Tool
+	Model    string // empty: the client's configured model
+	Messages []Message
+	Tools    []Tool
+	// ToolSet, when set, are the tools offered, validated and encoded
+	// beforehand (NewToolSet): a caller offering the same tools on every
+	// call sets it instead of Tools.
+	ToolSet     *ToolSet
 	MaxTokens   int      // 0: the client's configured max_tokens
 	Temperature *float32 // nil: the client's configured temperature
 	// OnRetry, when set, is called before the client waits to retry a
