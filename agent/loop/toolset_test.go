@@ -36,7 +36,9 @@ func (b *listBox) set(ts ...tools.Tool) {
 	b.mu.Unlock()
 }
 
-func (b *listBox) Run(context.Context, string, tools.Call) tools.Result { return tools.Result{Text: "ok"} }
+func (b *listBox) Run(context.Context, string, tools.Call) tools.Result {
+	return tools.Result{Text: "ok"}
+}
 
 // TestToolSetEncodedOnce checks that user turns offer the tools as one
 // prepared set while the toolbox lists the same tools, and a new set as
