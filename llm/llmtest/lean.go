@@ -1,7 +1,10 @@
 package llmtest
 
 import (
+	"bytes"
 	"encoding/json"
+	"sync"
+	"unicode/utf8"
 
 	openai "github.com/sashabaranov/go-openai"
 )
@@ -44,9 +47,24 @@ func (c *leanContent) UnmarshalJSON(b []byte) error {
 		return json.Unmarshal(b, &c.parts)
 	case string(b) == "null":
 		return nil
+	case plainString(b):
+		// The decoder has checked the syntax; a string without escapes
+		// and valid UTF-8 is its own text.
+		c.text = string(b[1 : len(b)-1])
+		return nil
 	default:
 		return json.Unmarshal(b, &c.text)
 	}
+}
+
+// plainString reports whether b is a JSON string literal without escapes
+// whose text is valid UTF-8 (what json.Unmarshal would copy unchanged).
+func plainString(b []byte) bool {
+	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
+		return false
+	}
+	inner := b[1 : len(b)-1]
+	return bytes.IndexByte(inner, '\\') < 0 && bytes.IndexByte(inner, '"') < 0 && utf8.Valid(inner)
 }
 
 type leanTool struct {
@@ -59,14 +77,31 @@ type leanTool struct {
 	} `json:"function"`
 }
 
+// leanPool holds decoded shadows (*leanBody), for their slices: decoding
+// into a slice with room appends in place instead of growing a new one.
+var leanPool = sync.Pool{New: func() any { return new(leanBody) }}
+
+// maxPooledMessages bounds the messages a pooled shadow keeps room for.
+const maxPooledMessages = 1024
+
 // decodeLean decodes raw into body.
 func decodeLean(raw []byte, body *openai.ChatCompletionRequest) error {
-	var lb leanBody
-	if err := json.Unmarshal(raw, &lb); err != nil {
+	lb := leanPool.Get().(*leanBody)
+	defer func() {
+		// The decoder fills elements in place: a reused one must be zero.
+		msgs, tools := lb.Messages[:0], lb.Tools[:0]
+		clear(msgs[:cap(msgs)])
+		clear(tools[:cap(tools)])
+		*lb = leanBody{Messages: msgs, Tools: tools}
+		if cap(msgs) <= maxPooledMessages {
+			leanPool.Put(lb)
+		}
+	}()
+	if err := json.Unmarshal(raw, lb); err != nil {
 		return err
 	}
 	*body = lb.ChatCompletionRequest
-	if lb.Messages != nil {
+	if len(lb.Messages) > 0 {
 		body.Messages = make([]openai.ChatCompletionMessage, len(lb.Messages))
 		for i := range lb.Messages {
 			m := &lb.Messages[i]
@@ -75,7 +110,7 @@ func decodeLean(raw []byte, body *openai.ChatCompletionRequest) error {
 				ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID}
 		}
 	}
-	if lb.Tools != nil {
+	if len(lb.Tools) > 0 {
 		body.Tools = make([]openai.Tool, len(lb.Tools))
 		fns := make([]openai.FunctionDefinition, len(lb.Tools))
 		for i, t := range lb.Tools {

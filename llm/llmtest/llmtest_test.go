@@ -869,6 +869,24 @@ func TestLeanDecodeMatchesFull(t *testing.T) {
 	if diff := cmp.Diff(full, lean); diff != "" {
 		t.Errorf("lean decoding differs (-full +lean):\n%s", diff)
 	}
+	for _, raw := range []string{
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"bad \xff utf8, \u00e9 raw \u65e5\"}]}",
+		`{"model":"m","messages":[{"role":"user","content":"esc \u00e9 \ud83d\ude00 \/ \n"},{"role":"user","content":null}]}`,
+		// After a request whose messages carry every field, a reused
+		// shadow must not leak them into one that carries none.
+		`{"model":"m","messages":[{"role":"user"},{"role":"assistant"},{"role":"tool"},{"role":"user"},{"role":"x"}],"tools":[{"type":"function"}]}`,
+	} {
+		var full, lean openai.ChatCompletionRequest
+		if err := json.Unmarshal([]byte(raw), &full); err != nil {
+			t.Fatal(err)
+		}
+		if err := decodeLean([]byte(raw), &lean); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(full, lean); diff != "" {
+			t.Errorf("lean decoding of %q differs (-full +lean):\n%s", raw, diff)
+		}
+	}
 	var bad openai.ChatCompletionRequest
 	if decodeLean([]byte(`{"model":"m","messages":[{"role":"user","content":5}]}`), &bad) == nil {
 		t.Error("a number as content was accepted")
