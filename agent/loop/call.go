@@ -27,7 +27,7 @@ var errOverflowReset = errors.New("agent: context overflow persists after compac
 func (t *turn) call(ctx context.Context, ts *toolSet, extra []llm.Message) (*llm.Response, error) {
 	msgs := make([]llm.Message, 0, len(t.tr.context)+2+len(extra))
 	msgs = append(msgs, llm.Message{Role: llm.RoleSystem, Content: t.in.System})
-	msgs = append(msgs, toLLM(sanitize(t.tr.requestContext(t.e.opt.Limits.KeepToolResults)))...)
+	msgs = appendLLM(msgs, sanitize(t.tr.requestContext(t.e.opt.Limits.KeepToolResults)))
 	msgs = append(msgs, extra...)
 	req := llm.Request{Messages: msgs, Model: t.spec.model, Temperature: t.resampleTemperature(),
 		OnRetry: func(attempt int, wait time.Duration, err error) {

@@ -33,6 +33,13 @@ func sanitize(msgs []memory.Message) []memory.Message {
 			// an orphan: drop it.
 			continue
 		case memory.RoleAssistant:
+			if plainAnswer(m.Blocks) {
+				// Nothing to drop or pair: the blocks are kept as they are.
+				if len(m.Blocks) > 0 {
+					out = append(out, m)
+				}
+				continue
+			}
 			var uses []memory.Block
 			blocks := make([]memory.Block, 0, len(m.Blocks))
 			seen := map[string]bool{}
@@ -90,6 +97,17 @@ func sanitize(msgs []memory.Message) []memory.Message {
 	return out
 }
 
+// plainAnswer reports whether blocks hold neither tool calls nor tool
+// results (an assistant answer sanitize keeps unchanged).
+func plainAnswer(blocks []memory.Block) bool {
+	for _, b := range blocks {
+		if b.Type == memory.BlockToolUse || b.Type == memory.BlockToolResult {
+			return false
+		}
+	}
+	return true
+}
+
 // limitOldResults returns msgs with the tool results of every message but
 // msgs[keep] (the current step's results; -1 for none) cut to limit bytes.
 // Messages are copied only where something is cut.
@@ -120,7 +138,13 @@ func limitOldResults(msgs []memory.Message, keep, limit int) []memory.Message {
 
 // toLLM converts sanitised history into request messages.
 func toLLM(msgs []memory.Message) []llm.Message {
-	out := make([]llm.Message, 0, len(msgs)+4)
+	return appendLLM(make([]llm.Message, 0, len(msgs)+4), msgs)
+}
+
+// appendLLM appends sanitised history as request messages to out. The
+// texts are the history's own strings (a message of one text block is not
+// copied).
+func appendLLM(out []llm.Message, msgs []memory.Message) []llm.Message {
 	for _, m := range msgs {
 		switch m.Role {
 		case memory.RoleUser:
@@ -129,6 +153,13 @@ func toLLM(msgs []memory.Message) []llm.Message {
 			for _, b := range m.Blocks {
 				switch b.Type {
 				case memory.BlockText:
+					if lm.Content == "" && sb.Len() == 0 {
+						lm.Content = b.Text // the common single block
+						continue
+					}
+					if sb.Len() == 0 {
+						sb.WriteString(lm.Content)
+					}
 					if sb.Len() > 0 {
 						sb.WriteString("\n")
 					}
@@ -143,7 +174,9 @@ func toLLM(msgs []memory.Message) []llm.Message {
 					}
 				}
 			}
-			lm.Content = sb.String()
+			if sb.Len() > 0 {
+				lm.Content = sb.String()
+			}
 			out = append(out, lm)
 		case memory.RoleAssistant:
 			lm := llm.Message{Role: llm.RoleAssistant}
