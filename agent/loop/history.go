@@ -33,30 +33,9 @@ func sanitize(msgs []memory.Message) []memory.Message {
 			// an orphan: drop it.
 			continue
 		case memory.RoleAssistant:
-			if plainAnswer(m.Blocks) {
-				// Nothing to drop or pair: the blocks are kept as they are.
-				if len(m.Blocks) > 0 {
-					out = append(out, m)
-				}
-				continue
-			}
 			var uses []memory.Block
-			blocks := make([]memory.Block, 0, len(m.Blocks))
-			seen := map[string]bool{}
-			for _, b := range m.Blocks {
-				if b.Type == memory.BlockToolUse {
-					if b.ToolID == "" || b.ToolName == "" || seen[b.ToolID] {
-						continue
-					}
-					seen[b.ToolID] = true
-					uses = append(uses, b)
-				}
-				if b.Type == memory.BlockToolResult {
-					continue
-				}
-				blocks = append(blocks, b)
-			}
-			m.Blocks = blocks
+			var seen map[string]bool
+			m.Blocks, uses, seen = splitUses(m.Blocks)
 			if len(uses) == 0 {
 				if len(m.Blocks) > 0 {
 					out = append(out, m)
@@ -97,15 +76,34 @@ func sanitize(msgs []memory.Message) []memory.Message {
 	return out
 }
 
-// plainAnswer reports whether blocks hold neither tool calls nor tool
-// results (an assistant answer sanitize keeps unchanged).
-func plainAnswer(blocks []memory.Block) bool {
+// splitUses returns an assistant message's blocks without tool results
+// and without the tool calls that lack an id or a name or repeat an id,
+// the calls kept, and their ids. Blocks holding neither calls nor results
+// (a plain answer) are returned as they are.
+func splitUses(blocks []memory.Block) (kept, uses []memory.Block, seen map[string]bool) {
+	plain := true
 	for _, b := range blocks {
-		if b.Type == memory.BlockToolUse || b.Type == memory.BlockToolResult {
-			return false
-		}
+		plain = plain && b.Type != memory.BlockToolUse && b.Type != memory.BlockToolResult
 	}
-	return true
+	if plain {
+		return blocks, nil, nil
+	}
+	kept = make([]memory.Block, 0, len(blocks))
+	seen = map[string]bool{}
+	for _, b := range blocks {
+		if b.Type == memory.BlockToolUse {
+			if b.ToolID == "" || b.ToolName == "" || seen[b.ToolID] {
+				continue
+			}
+			seen[b.ToolID] = true
+			uses = append(uses, b)
+		}
+		if b.Type == memory.BlockToolResult {
+			continue
+		}
+		kept = append(kept, b)
+	}
+	return kept, uses, seen
 }
 
 // limitOldResults returns msgs with the tool results of every message but
