@@ -118,3 +118,45 @@ func TestToolSetErrors(t *testing.T) {
 		t.Error("a request with both Tools and ToolSet was accepted")
 	}
 }
+
+// TestBuildAllocations checks that building the body of a long request
+// with prepared tools costs a constant handful of allocations, not some
+// per message or tool (go-openai's marshaller made about 300 for it).
+func TestBuildAllocations(t *testing.T) {
+	msgs := []Message{{Role: RoleSystem, Content: strings.Repeat("system prompt <rules> & more\n", 100)}}
+	for i := range 40 {
+		switch i % 4 {
+		case 0:
+			msgs = append(msgs, Message{Role: RoleUser, Content: "question with \"quotes\""})
+		case 1:
+			msgs = append(msgs, Message{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: "c", Name: "read_file", Arguments: `{"path":"a"}`}}})
+		case 2:
+			msgs = append(msgs, Message{Role: RoleTool, ToolID: "c", Content: strings.Repeat("result line\n", 50)})
+		default:
+			msgs = append(msgs, Message{Role: RoleAssistant, Content: "answer"})
+		}
+	}
+	var tools []Tool
+	for i := range 11 {
+		tools = append(tools, Tool{Name: "tool" + string(rune('a'+i)), Description: "does a thing",
+			Parameters: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}}}`)})
+	}
+	ts, err := NewToolSet(tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := Request{Messages: msgs, ToolSet: ts}
+	if n := testing.AllocsPerRun(100, func() {
+		rb, err := c.build(&req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rb.release()
+	}); n > 2 {
+		t.Errorf("building the body took %.0f allocations, want at most 2", n)
+	}
+}
