@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"strings"
+	"sync"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -20,8 +23,9 @@ import (
 type Client struct {
 	cfg     Config
 	log     *slog.Logger
-	api     *openai.Client
 	http    *http.Client
+	url     string      // <base_url>/chat/completions
+	header  http.Header // the headers of every request (cloned per request)
 	backoff func(attempt int, rateLimited bool) time.Duration
 	sleep   func(ctx context.Context, d time.Duration) error
 	now     func() time.Time
@@ -113,19 +117,59 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Client, error) {
 	}
 	if c.http == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
+		// Every session streams from the same host: keep as many idle
+		// connections as calls run at once instead of the default two, so
+		// that a busy daemon does not open (and close) a connection per
+		// call.
+		tr.MaxIdleConnsPerHost = maxIdleConns
+		tr.MaxIdleConns = maxIdleConns
+		tr.DialContext = dialPooled(tr.DialContext)
 		c.http = &http.Client{Transport: tr}
 	}
-	oc := openai.DefaultConfig(cfg.APIKey)
-	oc.BaseURL = cfg.BaseURL
-	oc.HTTPClient = capturingDoer{next: c.http}
-	// go-openai fails a stream after 300 consecutive non-data lines; SSE
-	// keep-alive comments of proxies (two lines each) reach that within
-	// minutes of a slow start. The idle and request timeouts bound a
-	// stream instead.
-	oc.EmptyMessagesLimit = 1 << 20
-	c.api = openai.NewClientWithConfig(oc)
+	c.url = strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions"
+	// The headers go-openai sends with a streaming request.
+	c.header = http.Header{
+		"Content-Type":  {"application/json"},
+		"Accept":        {"text/event-stream"},
+		"Cache-Control": {"no-cache"},
+		"Connection":    {"keep-alive"},
+	}
+	if cfg.APIKey != "" {
+		c.header.Set("Authorization", "Bearer "+cfg.APIKey)
+	}
 	return c, nil
 }
+
+// dialPooled wraps dial so that its connections copy a request body
+// through a pooled buffer: the transport hands a body larger than its
+// write buffer to the connection's ReadFrom, and net's (like io.Copy)
+// allocates a copy buffer of up to 32 KB for each request.
+func dialPooled(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return pooledConn{conn}, nil
+	}
+}
+
+// pooledConn is a connection whose ReadFrom copies through a pooled buffer.
+type pooledConn struct{ net.Conn }
+
+// copyPool holds the copy buffers of pooledConn (*[32 << 10]byte).
+var copyPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+// ReadFrom implements io.ReaderFrom.
+func (c pooledConn) ReadFrom(r io.Reader) (int64, error) {
+	buf := copyPool.Get().(*[32 << 10]byte)
+	defer copyPool.Put(buf)
+	return io.CopyBuffer(struct{ io.Writer }{c.Conn}, r, buf[:])
+}
+
+// maxIdleConns is the number of idle connections to the endpoint the
+// client's own transport keeps.
+const maxIdleConns = 256
 
 // Model returns the configured model name.
 func (c *Client) Model() string { return c.cfg.Model }
@@ -166,10 +210,11 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(Delta)) (
 	if !c.cfg.Configured() {
 		return nil, fmt.Errorf("llm: stream: %w", ErrNotConfigured)
 	}
-	wire, err := buildRequest(c.cfg, req)
+	body, err := c.build(&req)
 	if err != nil {
 		return nil, err
 	}
+	defer body.release()
 	b := retry.New(retry.Policy{
 		Attempts: max(c.cfg.MaxRetries, 0) + 1,
 		Retryable: func(err error) bool {
@@ -187,7 +232,7 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(Delta)) (
 		Sleep: c.sleep,
 	})
 	for {
-		resp, emitted, ae := c.attempt(ctx, wire, onDelta)
+		resp, emitted, ae := c.attempt(ctx, body, onDelta)
 		if ae.err == nil {
 			return resp, nil
 		}
@@ -207,7 +252,7 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(Delta)) (
 			req.OnRetry(n, wait, ae.err)
 		}
 		c.log.WarnContext(ctx, "llm call failed; retrying",
-			"model", wire.Model, "attempt", n, "max_retries", c.cfg.MaxRetries,
+			"model", body.model, "attempt", n, "max_retries", c.cfg.MaxRetries,
 			"wait", wait, "streamed", emitted, "err", ae.err)
 		if err := b.Sleep(ctx, wait); err != nil {
 			return nil, fmt.Errorf("llm: waiting to retry: %w", err)
@@ -215,8 +260,48 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(Delta)) (
 	}
 }
 
+// codexModels are the models go-openai refuses for chat completions.
+var codexModels = map[string]bool{
+	openai.CodexCodeDavinci002: true, openai.CodexCodeCushman001: true, openai.CodexCodeDavinci001: true,
+}
+
+// build validates req and encodes its body into a pooled buffer.
+func (c *Client) build(req *Request) (*requestBuffer, error) {
+	if req.ToolSet != nil && len(req.Tools) > 0 {
+		return nil, errors.New("llm: request: set Tools or ToolSet, not both")
+	}
+	ntools := len(req.Tools) + req.ToolSet.Len()
+	w, err := resolve(c.cfg, req, ntools)
+	if err != nil {
+		return nil, err
+	}
+	if codexModels[w.model] {
+		return nil, fmt.Errorf("llm: build request: %w", openai.ErrChatCompletionInvalidModel)
+	}
+	buf := bodyPool.Get().(*[]byte)
+	rb := &requestBuffer{buf: buf, model: w.model, reusable: true}
+	var tools []byte
+	switch {
+	case req.ToolSet != nil:
+		tools = req.ToolSet.wire
+	case len(req.Tools) > 0:
+		// Not prepared: encoded for this request only.
+		if tools, err = appendTools(nil, req.Tools); err != nil {
+			rb.release()
+			return nil, fmt.Errorf("llm: request %w", err)
+		}
+	}
+	b, err := appendBody((*buf)[:0], &w, req.Messages, tools)
+	*buf = b
+	if err != nil {
+		rb.release()
+		return nil, err
+	}
+	return rb, nil
+}
+
 // attempt runs one request. emitted reports whether onDelta was called.
-func (c *Client) attempt(ctx context.Context, wire openai.ChatCompletionRequest, onDelta func(Delta)) (resp *Response, emitted bool, ae attemptError) {
+func (c *Client) attempt(ctx context.Context, body *requestBuffer, onDelta func(Delta)) (resp *Response, emitted bool, ae attemptError) {
 	actx, cancelTimeout := context.WithTimeoutCause(ctx, c.cfg.RequestTimeout, errAttemptTimeout)
 	defer cancelTimeout()
 	actx, cancel := context.WithCancelCause(actx)
@@ -226,25 +311,32 @@ func (c *Client) attempt(ctx context.Context, wire openai.ChatCompletionRequest,
 	idle := time.AfterFunc(c.cfg.IdleTimeout, func() { cancel(ErrIdle) })
 	defer idle.Stop()
 	capt := &capture{activity: func() { idle.Reset(c.cfg.IdleTimeout) }}
-	actx = context.WithValue(actx, captureKey{}, capt)
 
 	fail := func(err error) attemptError {
 		return classify(ctx, actx, err, capt, c.now(), c.cfg.IdleTimeout, c.cfg.RequestTimeout)
 	}
-	stream, err := c.api.CreateChatCompletionStream(actx, wire)
+	rb := body.reader()
+	defer body.done(rb)
+	hr, err := c.send(actx, rb, capt)
 	if err != nil {
 		return nil, false, fail(err)
 	}
-	defer stream.Close()
+	defer hr.Body.Close()
+	if hr.StatusCode < http.StatusOK || hr.StatusCode >= http.StatusBadRequest {
+		return nil, false, fail(errorResponse(hr))
+	}
+	sr := newSSEReader(hr.Body)
+	defer sr.release()
 
 	asm := newAssembler()
 	for {
-		chunk, err := stream.Recv()
+		var chunk openai.ChatCompletionStreamResponse
+		err := sr.recv(&chunk)
 		if err != nil {
 			if errors.Is(err, io.EOF) && actx.Err() == nil {
 				if asm.finish == "" {
 					err = fmt.Errorf("llm: stream of %q ended after %d bytes of text and %d tool calls: %w",
-						wire.Model, asm.text.Len(), len(asm.calls), ErrTruncated)
+						body.model, asm.text.Len(), len(asm.calls), ErrTruncated)
 					return partial(asm, emitted), emitted, fail(err)
 				}
 				return asm.response(), emitted, attemptError{}
@@ -258,6 +350,17 @@ func (c *Client) attempt(ctx context.Context, wire openai.ChatCompletionRequest,
 			onDelta(d)
 		}
 	}
+}
+
+// send posts one attempt's body with the client's headers.
+func (c *Client) send(ctx context.Context, body *bodyReader, capt *capture) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header = c.header.Clone()
+	req.ContentLength = int64(body.len())
+	return capt.do(c.http, req)
 }
 
 // partial returns the assembled response when deltas were emitted (the

@@ -487,3 +487,69 @@ func BenchmarkStream(b *testing.B) {
 		}
 	}
 }
+
+// benchRequest is a long chat as the agent sends it: a system prompt,
+// 40 history messages (user, assistant with a tool call, tool result,
+// assistant answer) and the new user message, offering 11 tools.
+func benchRequest() llm.Request {
+	msgs := []llm.Message{{Role: llm.RoleSystem, Content: strings.Repeat("You are a helpful assistant. Follow the rules. ", 60)}}
+	for i := range 10 {
+		id := fmt.Sprintf("call_%d", i)
+		msgs = append(msgs,
+			llm.Message{Role: llm.RoleUser, Content: fmt.Sprintf("please look at file %d and tell me what is in it", i)},
+			llm.Message{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{ID: id, Name: "read_file", Arguments: fmt.Sprintf(`{"path":"notes/%d.md"}`, i)}}},
+			llm.Message{Role: llm.RoleTool, ToolID: id, Content: strings.Repeat("line of the file with some text\n", 20)},
+			llm.Message{Role: llm.RoleAssistant, Content: fmt.Sprintf("File %d holds twenty lines of notes about the project.", i)},
+		)
+	}
+	msgs = append(msgs, llm.Message{Role: llm.RoleUser, Content: "hello"})
+	var tools []llm.Tool
+	for i := range 11 {
+		tools = append(tools, llm.Tool{
+			Name:        fmt.Sprintf("tool_%d", i),
+			Description: "Does one thing with a file of the workspace; the path is relative to the workspace root.",
+			Parameters: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string","description":"File path relative to the workspace."},` +
+				`"limit":{"type":"integer","description":"Maximum number of lines to return."}},"required":["path"]}`),
+		})
+	}
+	return llm.Request{Messages: msgs, Tools: tools}
+}
+
+// BenchmarkStreamLongContext builds and sends benchRequest to the scripted
+// model (which records nothing) and reads the streamed answer: the
+// per-call cost of the client and of the scripted model together.
+// "tools" encodes the tools on every call, "toolset" offers them prepared.
+//
+//	go test ./llm -run '^$' -bench StreamLongContext -benchmem
+func BenchmarkStreamLongContext(b *testing.B) {
+	s := llmtest.NewServer(b, llmtest.WithResponder(llmtest.EchoResponder), llmtest.WithRecordLimit(0))
+	cfg := llm.DefaultConfig()
+	cfg.BaseURL = s.URL()
+	c, err := llm.New(cfg, nil) // the client's own transport, as the daemon's
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.CloseIdleConnections)
+	run := func(b *testing.B, req llm.Request) {
+		b.ReportAllocs()
+		for b.Loop() {
+			resp, err := c.Stream(b.Context(), req, func(llm.Delta) {})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if resp.Text != "echo: hello" {
+				b.Fatalf("answer %q", resp.Text)
+			}
+		}
+	}
+	b.Run("tools", func(b *testing.B) { run(b, benchRequest()) })
+	b.Run("toolset", func(b *testing.B) {
+		req := benchRequest()
+		ts, err := llm.NewToolSet(req.Tools)
+		if err != nil {
+			b.Fatal(err)
+		}
+		req.Tools, req.ToolSet = nil, ts
+		run(b, req)
+	})
+}

@@ -23,12 +23,8 @@ const maxRetryAfter = 60 * time.Second
 // maxErrorMessage bounds an error message taken from a response body.
 const maxErrorMessage = 512
 
-// captureKey is the context key under which a call's *capture travels to the
-// HTTP doer.
-type captureKey struct{}
-
-// capture records what the HTTP layer saw for one attempt: go-openai does not
-// expose response headers on errors, so the doer stores them here.
+// capture records what the HTTP layer saw for one attempt: that the
+// request was sent, and the status and Retry-After of the response.
 type capture struct {
 	// activity, when set, is called whenever response body bytes arrive
 	// (the idle watchdog's heartbeat; SSE keep-alive comments count).
@@ -46,21 +42,13 @@ func (c *capture) snapshot() (sent bool, status int, retryAfter string) {
 	return c.sent, c.status, c.retryAfter
 }
 
-// capturingDoer wraps the configured HTTP client and records, per attempt,
-// that a request was sent and the status and Retry-After of the response.
-type capturingDoer struct {
-	next openai.HTTPDoer
-}
-
-func (d capturingDoer) Do(req *http.Request) (*http.Response, error) {
-	c, _ := req.Context().Value(captureKey{}).(*capture)
-	if c != nil {
-		c.mu.Lock()
-		c.sent = true
-		c.mu.Unlock()
-	}
-	resp, err := d.next.Do(req)
-	if c != nil && resp != nil {
+// do sends req with hc and records what happened.
+func (c *capture) do(hc *http.Client, req *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.sent = true
+	c.mu.Unlock()
+	resp, err := hc.Do(req)
+	if resp != nil {
 		c.mu.Lock()
 		c.status = resp.StatusCode
 		c.retryAfter = resp.Header.Get("Retry-After")

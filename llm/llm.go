@@ -5,8 +5,12 @@
 // see [Delta.Restart]).
 //
 // The request and response types here are the runtime's own; the go-openai
-// wire types stay inside this package. A scripted, OpenAI-compatible test
-// server lives in [github.com/switchboard-chat/switchboard/llm/llmtest].
+// wire types stay inside this package. The request body is written by this
+// package, byte for byte as go-openai's marshaller writes it but without
+// re-validating what does not change: a caller offering the same tools on
+// every call prepares them once ([NewToolSet], Request.ToolSet). A
+// scripted, OpenAI-compatible test server lives in
+// [github.com/switchboard-chat/switchboard/llm/llmtest].
 //
 // [Probe] checks an endpoint for `switchboard check`: its model list, then
 // one streaming request offering a tool.
@@ -66,9 +70,13 @@ type Tool struct {
 
 // Request is one chat completion request.
 type Request struct {
-	Model       string // empty: the client's configured model
-	Messages    []Message
-	Tools       []Tool
+	Model    string // empty: the client's configured model
+	Messages []Message
+	Tools    []Tool
+	// ToolSet, when set, are the tools offered, validated and encoded
+	// beforehand (NewToolSet): a caller offering the same tools on every
+	// call sets it instead of Tools.
+	ToolSet     *ToolSet
 	MaxTokens   int      // 0: the client's configured max_tokens
 	Temperature *float32 // nil: the client's configured temperature
 	// OnRetry, when set, is called before the client waits to retry a

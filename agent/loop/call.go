@@ -22,20 +22,28 @@ const (
 // errOverflowReset marks a context overflow that compaction did not cure.
 var errOverflowReset = errors.New("agent: context overflow persists after compaction")
 
-// call makes one model call over the sanitised context. extra messages are
-// sent but never stored.
-func (t *turn) call(ctx context.Context, specs []llm.Tool, extra []llm.Message) (*llm.Response, error) {
+// call makes one model call over the sanitised context, offering the tools
+// of ts (nil: none). extra messages are sent but never stored.
+func (t *turn) call(ctx context.Context, ts *toolSet, extra []llm.Message) (*llm.Response, error) {
 	msgs := make([]llm.Message, 0, len(t.tr.context)+2+len(extra))
 	msgs = append(msgs, llm.Message{Role: llm.RoleSystem, Content: t.in.System})
-	msgs = append(msgs, toLLM(sanitize(t.tr.requestContext(t.e.opt.Limits.KeepToolResults)))...)
+	msgs = appendLLM(msgs, sanitize(t.tr.requestContext(t.e.opt.Limits.KeepToolResults)))
 	msgs = append(msgs, extra...)
-	req := llm.Request{Messages: msgs, Tools: specs, Model: t.spec.model, Temperature: t.resampleTemperature(),
+	req := llm.Request{Messages: msgs, Model: t.spec.model, Temperature: t.resampleTemperature(),
 		OnRetry: func(attempt int, wait time.Duration, err error) {
 			if t.in.Sink != nil {
 				t.in.Sink.Typing()
 			}
 			t.log.Info("model call will be retried", "attempt", attempt, "wait", wait, "err", err)
 		}}
+	if ts != nil {
+		// The set's tools go out encoded once; a set that does not
+		// validate goes out as it is and the request says why it fails.
+		req.ToolSet = ts.wire
+		if ts.wire == nil {
+			req.Tools = ts.specs
+		}
+	}
 	fw := &deltas{sink: t.in.Sink}
 	resp, err := t.e.model.Stream(ctx, req, fw.onDelta)
 	t.tr.noteCall(resp)
@@ -106,14 +114,14 @@ func (t *turn) resampleTemperature() *float32 {
 // overflow the context is compacted to 90 % of the budget the error reveals
 // and the call retried once; a second overflow in the same turn gives
 // errOverflowReset.
-func (t *turn) callRecovering(ctx context.Context, specs []llm.Tool, extra []llm.Message) (*llm.Response, error) {
-	resp, err := t.call(ctx, specs, extra)
+func (t *turn) callRecovering(ctx context.Context, ts *toolSet, extra []llm.Message) (*llm.Response, error) {
+	resp, err := t.call(ctx, ts, extra)
 	if err != nil && errors.Is(err, llm.ErrToolPairing) && !t.tr.repaired {
 		// Our sanitiser keeps OpenAI's rules; a provider with stricter ones
 		// gets the older turns as plain text (tool traffic dropped), once.
 		t.tr.simplify()
 		t.log.Warn("provider rejected tool pairing; retrying with older turns as plain text", "err", err)
-		resp, err = t.call(ctx, specs, extra)
+		resp, err = t.call(ctx, ts, extra)
 	}
 	if err == nil || !errors.Is(err, llm.ErrContextOverflow) {
 		return resp, err
@@ -123,7 +131,7 @@ func (t *turn) callRecovering(ctx context.Context, specs []llm.Tool, extra []llm
 	}
 	t.tr.overflowed = true
 	t.compactAfterOverflow(err)
-	resp, err = t.call(ctx, specs, extra)
+	resp, err = t.call(ctx, ts, extra)
 	if err != nil && errors.Is(err, llm.ErrContextOverflow) {
 		return nil, fmt.Errorf("%w: %w", errOverflowReset, err)
 	}
@@ -149,13 +157,13 @@ func (t *turn) compactAfterOverflow(err error) {
 // guard makes the next request fit the context window before it is sent:
 // it elides this run's oldest tool results one by one, and reports false
 // when even that is not enough. A request known to overflow is never sent.
-func (t *turn) guard(specs []llm.Tool, extra []llm.Message) bool {
+func (t *turn) guard(ts *toolSet, extra []llm.Message) bool {
 	lim := t.e.opt.Limits
 	if lim.ContextWindow <= 0 {
 		return true
 	}
 	fixed := llmTokens(extra) + lim.MaxOutputTokens + guardMargin
-	estimate := func() int { return t.tr.estimate(t.in.System, specs, lim.KeepToolResults) + fixed }
+	estimate := func() int { return t.tr.estimate(t.in.System, ts.specTokens(), lim.KeepToolResults) + fixed }
 	for estimate() > lim.ContextWindow {
 		id, ok := t.tr.elideOldest()
 		if !ok {

@@ -34,22 +34,8 @@ func sanitize(msgs []memory.Message) []memory.Message {
 			continue
 		case memory.RoleAssistant:
 			var uses []memory.Block
-			blocks := make([]memory.Block, 0, len(m.Blocks))
-			seen := map[string]bool{}
-			for _, b := range m.Blocks {
-				if b.Type == memory.BlockToolUse {
-					if b.ToolID == "" || b.ToolName == "" || seen[b.ToolID] {
-						continue
-					}
-					seen[b.ToolID] = true
-					uses = append(uses, b)
-				}
-				if b.Type == memory.BlockToolResult {
-					continue
-				}
-				blocks = append(blocks, b)
-			}
-			m.Blocks = blocks
+			var seen map[string]bool
+			m.Blocks, uses, seen = splitUses(m.Blocks)
 			if len(uses) == 0 {
 				if len(m.Blocks) > 0 {
 					out = append(out, m)
@@ -90,6 +76,36 @@ func sanitize(msgs []memory.Message) []memory.Message {
 	return out
 }
 
+// splitUses returns an assistant message's blocks without tool results
+// and without the tool calls that lack an id or a name or repeat an id,
+// the calls kept, and their ids. Blocks holding neither calls nor results
+// (a plain answer) are returned as they are.
+func splitUses(blocks []memory.Block) (kept, uses []memory.Block, seen map[string]bool) {
+	plain := true
+	for _, b := range blocks {
+		plain = plain && b.Type != memory.BlockToolUse && b.Type != memory.BlockToolResult
+	}
+	if plain {
+		return blocks, nil, nil
+	}
+	kept = make([]memory.Block, 0, len(blocks))
+	seen = map[string]bool{}
+	for _, b := range blocks {
+		if b.Type == memory.BlockToolUse {
+			if b.ToolID == "" || b.ToolName == "" || seen[b.ToolID] {
+				continue
+			}
+			seen[b.ToolID] = true
+			uses = append(uses, b)
+		}
+		if b.Type == memory.BlockToolResult {
+			continue
+		}
+		kept = append(kept, b)
+	}
+	return kept, uses, seen
+}
+
 // limitOldResults returns msgs with the tool results of every message but
 // msgs[keep] (the current step's results; -1 for none) cut to limit bytes.
 // Messages are copied only where something is cut.
@@ -120,7 +136,13 @@ func limitOldResults(msgs []memory.Message, keep, limit int) []memory.Message {
 
 // toLLM converts sanitised history into request messages.
 func toLLM(msgs []memory.Message) []llm.Message {
-	out := make([]llm.Message, 0, len(msgs)+4)
+	return appendLLM(make([]llm.Message, 0, len(msgs)+4), msgs)
+}
+
+// appendLLM appends sanitised history as request messages to out. The
+// texts are the history's own strings (a message of one text block is not
+// copied).
+func appendLLM(out []llm.Message, msgs []memory.Message) []llm.Message {
 	for _, m := range msgs {
 		switch m.Role {
 		case memory.RoleUser:
@@ -129,6 +151,13 @@ func toLLM(msgs []memory.Message) []llm.Message {
 			for _, b := range m.Blocks {
 				switch b.Type {
 				case memory.BlockText:
+					if lm.Content == "" && sb.Len() == 0 {
+						lm.Content = b.Text // the common single block
+						continue
+					}
+					if sb.Len() == 0 {
+						sb.WriteString(lm.Content)
+					}
 					if sb.Len() > 0 {
 						sb.WriteString("\n")
 					}
@@ -143,7 +172,9 @@ func toLLM(msgs []memory.Message) []llm.Message {
 					}
 				}
 			}
-			lm.Content = sb.String()
+			if sb.Len() > 0 {
+				lm.Content = sb.String()
+			}
 			out = append(out, lm)
 		case memory.RoleAssistant:
 			lm := llm.Message{Role: llm.RoleAssistant}

@@ -1,6 +1,7 @@
 package loop
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -9,15 +10,36 @@ import (
 	"github.com/switchboard-chat/switchboard/tools"
 )
 
+// cachedToolSet is the top-level tool set with the names and schemas it
+// was built from.
 type cachedToolSet struct {
-	key string
-	ts  *toolSet
+	names   []string
+	schemas []json.RawMessage
+	ts      *toolSet
+}
+
+// matches reports whether list has the tools the set was built from (by
+// name and schema; comparing slices that share memory costs nothing).
+func (c *cachedToolSet) matches(list []tools.Tool) bool {
+	if len(list) != len(c.names) {
+		return false
+	}
+	for i, t := range list {
+		if t.Name() != c.names[i] || !bytes.Equal(t.Schema(), c.schemas[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // toolSet is the tools offered during one run (a turn or a sub-agent). It
 // is read-only once built.
 type toolSet struct {
-	specs    []llm.Tool
+	specs []llm.Tool
+	// wire is specs validated and encoded for requests; nil when they do
+	// not validate (every request then fails and says why).
+	wire     *llm.ToolSet
+	tokens   int // the estimated tokens of specs
 	names    map[string]bool
 	required map[string][]string        // tool → required parameters
 	parallel map[string]bool            // tool → parallel-safe
@@ -53,19 +75,15 @@ func (e *Executor) toolSet(allow func(string) bool, depth int) *toolSet {
 		return e.buildToolSet(e.Tools(), allow, depth)
 	}
 	list := e.Tools()
-	var kb strings.Builder
-	for _, t := range list {
-		kb.WriteString(t.Name())
-		kb.WriteByte(0)
-		kb.Write(t.Schema())
-		kb.WriteByte(0)
-	}
-	key := kb.String()
-	if c := e.topSet.Load(); c != nil && c.key == key {
+	if c := e.topSet.Load(); c != nil && c.matches(list) {
 		return c.ts
 	}
 	ts := e.buildToolSet(list, nil, 0)
-	e.topSet.Store(&cachedToolSet{key: key, ts: ts})
+	c := &cachedToolSet{ts: ts, names: make([]string, len(list)), schemas: make([]json.RawMessage, len(list))}
+	for i, t := range list {
+		c.names[i], c.schemas[i] = t.Name(), t.Schema()
+	}
+	e.topSet.Store(c)
 	return ts
 }
 
@@ -106,5 +124,17 @@ func (e *Executor) buildToolSet(list []tools.Tool, allow func(string) bool, dept
 			add(SubagentToolPrefix+name, agents[name].Description, subtaskSchema, true)
 		}
 	}
+	ts.tokens = specTokens(ts.specs)
+	if w, err := llm.NewToolSet(ts.specs); err == nil {
+		ts.wire = w
+	}
 	return ts
+}
+
+// specTokens is the estimated tokens of the set's specs; 0 for no set.
+func (ts *toolSet) specTokens() int {
+	if ts == nil {
+		return 0
+	}
+	return ts.tokens
 }

@@ -97,6 +97,7 @@ func (tr *transcript) requestContext(keep int) []memory.Message {
 	return out
 }
 
+// specTokens estimates the tokens of tool specs.
 func specTokens(specs []llm.Tool) int {
 	n := 0
 	for _, s := range specs {
@@ -119,11 +120,11 @@ func llmTokens(msgs []llm.Message) int {
 // MiroThinker adds the raw completion instead, which overcounts arguments
 // the runtime did not keep), or, before any usage is known, the whole
 // request estimated.
-func (tr *transcript) estimate(system string, specs []llm.Tool, keep int) int {
+func (tr *transcript) estimate(system string, specTokens, keep int) int {
 	if tr.lastUsage > 0 && tr.lastLen <= len(tr.context) {
 		return tr.lastUsage + TotalTokens(tr.context[tr.lastLen:]) - tr.savedSince
 	}
-	return TextTokens(system) + TotalTokens(tr.requestContext(keep)) + specTokens(specs)
+	return TextTokens(system) + TotalTokens(tr.requestContext(keep)) + specTokens
 }
 
 // elideOldest leaves the oldest not yet elided tool result of this run out

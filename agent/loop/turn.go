@@ -111,11 +111,11 @@ func (t *turn) step(ctx context.Context) (done bool, err error) {
 	t.n.attempts++
 	t.n.steps++
 	t.res.Steps = t.n.steps
-	if !t.guard(t.ts.specs, nil) {
+	if !t.guard(t.ts, nil) {
 		t.cutShort(ctx)
 		return true, nil
 	}
-	resp, err := t.callRecovering(ctx, t.ts.specs, nil)
+	resp, err := t.callRecovering(ctx, t.ts, nil)
 	t.n.resample = false
 	if err != nil {
 		if cerr := cancelCause(ctx); cerr != nil {

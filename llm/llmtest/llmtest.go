@@ -233,6 +233,11 @@ func WithChunkSize(n int) Option { return func(h *Handler) { h.chunkSize = max(n
 // WithRecordLimit keeps only the n most recent requests (0 keeps none;
 // RequestCount still counts them all). The default keeps every request,
 // which a long-running server should not do.
+//
+// A handler that keeps none and is not strict decodes requests for its
+// replies only: the responder's Request.Body then holds each tool's
+// parameter schema as a json.RawMessage (not decoded), and Request.Raw is
+// valid only until the responder returns (its buffer is reused).
 func WithRecordLimit(n int) Option { return func(h *Handler) { h.recordLimit = max(n, 0) } }
 
 // WithModels sets the model ids listed by GET /v1/models (default
@@ -383,8 +388,8 @@ func (h *Handler) serveModels(w http.ResponseWriter) {
 	_, _ = w.Write(b)
 }
 
-// readBody reads the request body, bounded by maxBody.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+// readBody reads the request body, bounded by maxBody, into buf.
+func readBody(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, error) {
 	n := r.ContentLength
 	if n > maxBody {
 		return nil, &http.MaxBytesError{Limit: maxBody}
@@ -393,10 +398,24 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 		n = 4096
 	}
 	// ReadFrom wants MinRead bytes of room before it sees EOF.
-	buf := bytes.NewBuffer(make([]byte, 0, n+bytes.MinRead))
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody))
-	return buf.Bytes(), err
+	if need := int(n) + bytes.MinRead; cap(buf) < need {
+		buf = make([]byte, 0, need)
+	}
+	b := bytes.NewBuffer(buf[:0])
+	_, err := b.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody))
+	return b.Bytes(), err
 }
+
+// lean reports whether requests are neither recorded nor checked: then
+// only what a reply needs is decoded (see WithRecordLimit) and the body is
+// read into a reused buffer.
+func (h *Handler) lean() bool { return h.recordLimit == 0 && !h.strict }
+
+// maxPooledBody bounds the request buffers a lean handler keeps.
+const maxPooledBody = 4 << 20
+
+// bodyPool holds the request buffers of a lean handler (*[]byte).
+var bodyPool = sync.Pool{New: func() any { return new([]byte) }}
 
 func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) {
 	select {
@@ -405,7 +424,20 @@ func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) {
 		return
 	default:
 	}
-	raw, err := readBody(w, r)
+	var buf []byte
+	lean := h.lean()
+	if lean {
+		pb := bodyPool.Get().(*[]byte)
+		buf = *pb
+		defer func() {
+			if cap(buf) <= maxPooledBody {
+				*pb = buf[:0]
+				bodyPool.Put(pb)
+			}
+		}()
+	}
+	raw, err := readBody(w, r, buf)
+	buf = raw
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -416,7 +448,12 @@ func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := Request{Raw: raw, Header: r.Header}
-	if err := json.Unmarshal(raw, &req.Body); err != nil {
+	if lean {
+		err = decodeLean(raw, &req.Body)
+	} else {
+		err = json.Unmarshal(raw, &req.Body)
+	}
+	if err != nil {
 		writeError(w, http.StatusBadRequest, "", "llmtest: request body is not a valid chat completion request: "+err.Error())
 		return
 	}

@@ -820,3 +820,92 @@ func TestStrictRefusesInvalidRequests(t *testing.T) {
 		t.Fatalf("valid request: status %d, pending %d, count %d", resp.StatusCode, s.Pending(), s.RequestCount())
 	}
 }
+
+// TestLeanDecodeMatchesFull checks that a handler recording nothing gives
+// its responder the request go-openai's decoding gives, but for the tool
+// schemas, which stay raw JSON.
+func TestLeanDecodeMatchesFull(t *testing.T) {
+	temp := float32(0.25)
+	src := openai.ChatCompletionRequest{
+		Model: "m", MaxCompletionTokens: 77, Temperature: temp, Stream: true, StreamOptions: &openai.StreamOptions{IncludeUsage: true},
+		Messages: []openai.ChatCompletionMessage{
+			{Role: "system", Content: "sys <b> \u2028"},
+			{Role: "user", MultiContent: []openai.ChatMessagePart{{Type: "text", Text: "look"}, {Type: "image_url", ImageURL: &openai.ChatMessageImageURL{URL: "data:x"}}}},
+			{Role: "assistant", ReasoningContent: "hm", ToolCalls: []openai.ToolCall{{ID: "c1", Type: "function", Function: openai.FunctionCall{Name: "f", Arguments: `{"a":1}`}}}},
+			{Role: "tool", Content: "result \"quoted\"", ToolCallID: "c1"},
+			{Role: "assistant", Content: "done", Name: "bot"},
+		},
+		Tools: []openai.Tool{
+			{Type: "function", Function: &openai.FunctionDefinition{Name: "f", Description: "d", Parameters: json.RawMessage(`{"type":"object","properties":{"a":{"type":"integer"}}}`)}},
+			{Type: "function", Function: &openai.FunctionDefinition{Name: "g", Parameters: json.RawMessage(`{}`)}},
+		},
+	}
+	raw, err := json.Marshal(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw = append(raw[:len(raw)-1], `,"messages_extra":null,"content":"ignored"}`...) // unknown fields are ignored alike
+	var full, lean openai.ChatCompletionRequest
+	if err := json.Unmarshal(raw, &full); err != nil {
+		t.Fatal(err)
+	}
+	if err := decodeLean(raw, &lean); err != nil {
+		t.Fatal(err)
+	}
+	for i := range lean.Tools {
+		p, ok := lean.Tools[i].Function.Parameters.(json.RawMessage)
+		if !ok {
+			t.Fatalf("lean tool %d parameters are %T, want json.RawMessage", i, lean.Tools[i].Function.Parameters)
+		}
+		var v any
+		if err := json.Unmarshal(p, &v); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(full.Tools[i].Function.Parameters, v); diff != "" {
+			t.Errorf("tool %d schema (-full +lean):\n%s", i, diff)
+		}
+		lean.Tools[i].Function.Parameters = full.Tools[i].Function.Parameters
+	}
+	if diff := cmp.Diff(full, lean); diff != "" {
+		t.Errorf("lean decoding differs (-full +lean):\n%s", diff)
+	}
+	for _, raw := range []string{
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"bad \xff utf8, \u00e9 raw \u65e5\"}]}",
+		`{"model":"m","messages":[{"role":"user","content":"esc \u00e9 \ud83d\ude00 \/ \n"},{"role":"user","content":null}]}`,
+		// After a request whose messages carry every field, a reused
+		// shadow must not leak them into one that carries none.
+		`{"model":"m","messages":[{"role":"user"},{"role":"assistant"},{"role":"tool"},{"role":"user"},{"role":"x"}],"tools":[{"type":"function"}]}`,
+	} {
+		var full, lean openai.ChatCompletionRequest
+		if err := json.Unmarshal([]byte(raw), &full); err != nil {
+			t.Fatal(err)
+		}
+		if err := decodeLean([]byte(raw), &lean); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(full, lean); diff != "" {
+			t.Errorf("lean decoding of %q differs (-full +lean):\n%s", raw, diff)
+		}
+	}
+	var bad openai.ChatCompletionRequest
+	if decodeLean([]byte(`{"model":"m","messages":[{"role":"user","content":5}]}`), &bad) == nil {
+		t.Error("a number as content was accepted")
+	}
+}
+
+// TestLeanHandlerServesResponders drives a handler that records nothing
+// with the demo responder over HTTP: it sees the last message and the
+// offered tools as a recording handler does.
+func TestLeanHandlerServesResponders(t *testing.T) {
+	for _, limit := range []int{0, 1} {
+		s := NewServer(t, WithRecordLimit(limit), WithResponder(DemoResponder))
+		for range 3 { // buffers are reused across requests
+			resp := post(t, s, chatBody)
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !strings.Contains(string(body), `"name":"list_dir"`) {
+				t.Fatalf("limit %d: reply = %s, want a list_dir call", limit, body)
+			}
+		}
+	}
+}

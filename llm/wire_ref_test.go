@@ -9,34 +9,14 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 )
 
-// EmptyContent replaces the empty content of a message (a tool result, an
-// assistant message without tool calls, a system or text-only user message):
-// go-openai drops an empty content field and the OpenAI API rejects such a
-// message. Content is never rejected for being empty, so one odd message in
-// the history cannot make every later request of a session fail.
-const EmptyContent = "(no output)"
+// This file keeps the request conversion of the go-openai era as the
+// reference the hand-written encoder is checked against: TestWireBytes
+// marshals its result with go-openai's marshaller and compares the bytes.
 
-// emptyArguments replaces empty tool call arguments in history: go-openai
-// drops an empty arguments field, which OpenAI requires.
-const emptyArguments = "{}"
-
-// emptySchema is offered for a tool that declares no parameters.
-var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
-
-// wireTemperature maps a temperature to what go-openai sends: 0 would be
-// omitted (and the provider's default applied), so it becomes the smallest
-// positive float32.
-func wireTemperature(t float32) float32 {
-	if t == 0 {
-		return math.SmallestNonzeroFloat32
-	}
-	return t
-}
-
-// buildRequest converts req into a go-openai request, filling the model,
+// refRequest converts req into a go-openai request, filling the model,
 // max_tokens and temperature from cfg where req leaves them unset. It
 // validates every message and tool and names the offending field.
-func buildRequest(cfg Config, req Request) (openai.ChatCompletionRequest, error) {
+func refRequest(cfg Config, req Request) (openai.ChatCompletionRequest, error) {
 	out := openai.ChatCompletionRequest{
 		Model: cfg.Model,
 		//lint:ignore SA1019 OpenAI-compatible servers (Ollama, vLLM, llama.cpp) read max_tokens; max_completion_tokens is OpenAI's newer name
@@ -190,12 +170,4 @@ func convertTool(t Tool) (openai.Tool, error) {
 			Parameters:  params,
 		},
 	}, nil
-}
-
-// nonEmpty returns s, or EmptyContent when s is empty.
-func nonEmpty(s string) string {
-	if s == "" {
-		return EmptyContent
-	}
-	return s
 }
