@@ -114,7 +114,9 @@ type Result struct {
 type Tool interface {
 	Name() string
 	Description() string
-	// Schema is the JSON Schema (an object schema) of the arguments.
+	// Schema is the JSON Schema (an object schema) of the arguments. It
+	// is called for every model request: return the same bytes each time
+	// (built once); callers never modify them.
 	Schema() json.RawMessage
 	// Permission is one of the Perm* classes.
 	Permission() string

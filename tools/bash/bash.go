@@ -230,16 +230,18 @@ func (t *bashTool) Description() string {
 	return d
 }
 
-func (*bashTool) Schema() json.RawMessage {
-	return json.RawMessage(`{"type":"object","properties":{` +
-		`"command":{"type":"string","description":"The shell command to run."},` +
-		`"timeout":{"type":"integer","minimum":1,"description":"Seconds before the command is killed."},` +
-		`"background":{"type":"boolean","description":"Run as a background job and return its id at once."},` +
-		`"job_id":{"type":"string","description":"A background job to read new output from (or to kill)."},` +
-		`"kill":{"type":"boolean","description":"With job_id: kill the job."},` +
-		`"wait":{"type":"integer","minimum":0,"maximum":120,"description":"With job_id: seconds to wait for the job to finish before answering."}` +
-		`},"additionalProperties":false}`)
-}
+// bashToolSchema is bashTool's argument schema, built once (Schema hands out the
+// same bytes; callers must not modify them).
+var bashToolSchema = json.RawMessage(`{"type":"object","properties":{` +
+	`"command":{"type":"string","description":"The shell command to run."},` +
+	`"timeout":{"type":"integer","minimum":1,"description":"Seconds before the command is killed."},` +
+	`"background":{"type":"boolean","description":"Run as a background job and return its id at once."},` +
+	`"job_id":{"type":"string","description":"A background job to read new output from (or to kill)."},` +
+	`"kill":{"type":"boolean","description":"With job_id: kill the job."},` +
+	`"wait":{"type":"integer","minimum":0,"maximum":120,"description":"With job_id: seconds to wait for the job to finish before answering."}` +
+	`},"additionalProperties":false}`)
+
+func (*bashTool) Schema() json.RawMessage { return bashToolSchema }
 
 func (*bashTool) Permission() string { return tools.PermExec }
 func (*bashTool) ParallelSafe() bool { return false }

@@ -22,14 +22,16 @@ func (*editFile) Description() string {
 		"With an empty old_text, new_text is appended to the end of the file (the file is created if missing)."
 }
 
-func (*editFile) Schema() json.RawMessage {
-	return json.RawMessage(`{"type":"object","properties":{` +
-		`"path":{"type":"string","description":"File path relative to the workspace."},` +
-		`"old_text":{"type":"string","description":"Exact text to replace; empty to append new_text to the file."},` +
-		`"new_text":{"type":"string","description":"Replacement text (may be empty to delete old_text)."},` +
-		`"replace_all":{"type":"boolean","description":"Replace every occurrence of old_text instead of requiring exactly one. Default false."}` +
-		`},"required":["path","old_text","new_text"],"additionalProperties":false}`)
-}
+// editFileSchema is editFile's argument schema, built once (Schema hands out the
+// same bytes; callers must not modify them).
+var editFileSchema = json.RawMessage(`{"type":"object","properties":{` +
+	`"path":{"type":"string","description":"File path relative to the workspace."},` +
+	`"old_text":{"type":"string","description":"Exact text to replace; empty to append new_text to the file."},` +
+	`"new_text":{"type":"string","description":"Replacement text (may be empty to delete old_text)."},` +
+	`"replace_all":{"type":"boolean","description":"Replace every occurrence of old_text instead of requiring exactly one. Default false."}` +
+	`},"required":["path","old_text","new_text"],"additionalProperties":false}`)
+
+func (*editFile) Schema() json.RawMessage { return editFileSchema }
 
 func (*editFile) Permission() string { return tools.PermWrite }
 func (*editFile) ParallelSafe() bool { return false }

@@ -22,11 +22,13 @@ func (*listDir) Description() string {
 		"symlinks with their target. At most 500 entries are shown."
 }
 
-func (*listDir) Schema() json.RawMessage {
-	return json.RawMessage(`{"type":"object","properties":{` +
-		`"path":{"type":"string","description":"Folder path relative to the workspace. Default \".\" (the workspace itself)."}` +
-		`},"additionalProperties":false}`)
-}
+// listDirSchema is listDir's argument schema, built once (Schema hands out the
+// same bytes; callers must not modify them).
+var listDirSchema = json.RawMessage(`{"type":"object","properties":{` +
+	`"path":{"type":"string","description":"Folder path relative to the workspace. Default \".\" (the workspace itself)."}` +
+	`},"additionalProperties":false}`)
+
+func (*listDir) Schema() json.RawMessage { return listDirSchema }
 
 func (*listDir) Permission() string { return tools.PermRead }
 func (*listDir) ParallelSafe() bool { return true }

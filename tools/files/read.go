@@ -21,13 +21,15 @@ func (*readFile) Description() string {
 		"a negative offset counts from the end, e.g. -50 = the last 50 lines) and limit to read fewer lines."
 }
 
-func (*readFile) Schema() json.RawMessage {
-	return json.RawMessage(`{"type":"object","properties":{` +
-		`"path":{"type":"string","description":"File path relative to the workspace (absolute paths inside the workspace also work)."},` +
-		`"offset":{"type":"integer","description":"1-based line to start at; negative = that many lines from the end. Default 1."},` +
-		`"limit":{"type":"integer","minimum":1,"maximum":2000,"description":"Maximum number of lines to return (default and maximum 2000)."}` +
-		`},"required":["path"],"additionalProperties":false}`)
-}
+// readFileSchema is readFile's argument schema, built once (Schema hands out the
+// same bytes; callers must not modify them).
+var readFileSchema = json.RawMessage(`{"type":"object","properties":{` +
+	`"path":{"type":"string","description":"File path relative to the workspace (absolute paths inside the workspace also work)."},` +
+	`"offset":{"type":"integer","description":"1-based line to start at; negative = that many lines from the end. Default 1."},` +
+	`"limit":{"type":"integer","minimum":1,"maximum":2000,"description":"Maximum number of lines to return (default and maximum 2000)."}` +
+	`},"required":["path"],"additionalProperties":false}`)
+
+func (*readFile) Schema() json.RawMessage { return readFileSchema }
 
 func (*readFile) Permission() string { return tools.PermRead }
 func (*readFile) ParallelSafe() bool { return true }

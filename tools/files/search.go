@@ -65,15 +65,17 @@ func (t *searchFiles) Description() string {
 			t.cfg.MaxResults, min(DefaultSearchResults, t.cfg.MaxResults), t.cfg.MaxFileBytes)
 }
 
-func (*searchFiles) Schema() json.RawMessage {
-	return json.RawMessage(`{"type":"object","properties":{` +
-		`"pattern":{"type":"string","description":"Regular expression (RE2) matched against each line of text files."},` +
-		`"glob":{"type":"string","description":"File path pattern relative to path: * and ? within a name, ** for any number of folders, e.g. *.go or docs/**/*.md. Without a /, it matches the file name at any depth."},` +
-		`"path":{"type":"string","description":"Folder to search, relative to the workspace. Default: the whole workspace."},` +
-		`"ignore_case":{"type":"boolean","description":"Match the pattern case-insensitively."},` +
-		`"max_results":{"type":"integer","minimum":1,"description":"Most results to return (default 50)."}` +
-		`},"additionalProperties":false}`)
-}
+// searchFilesSchema is searchFiles's argument schema, built once (Schema hands out the
+// same bytes; callers must not modify them).
+var searchFilesSchema = json.RawMessage(`{"type":"object","properties":{` +
+	`"pattern":{"type":"string","description":"Regular expression (RE2) matched against each line of text files."},` +
+	`"glob":{"type":"string","description":"File path pattern relative to path: * and ? within a name, ** for any number of folders, e.g. *.go or docs/**/*.md. Without a /, it matches the file name at any depth."},` +
+	`"path":{"type":"string","description":"Folder to search, relative to the workspace. Default: the whole workspace."},` +
+	`"ignore_case":{"type":"boolean","description":"Match the pattern case-insensitively."},` +
+	`"max_results":{"type":"integer","minimum":1,"description":"Most results to return (default 50)."}` +
+	`},"additionalProperties":false}`)
+
+func (*searchFiles) Schema() json.RawMessage { return searchFilesSchema }
 
 func (*searchFiles) Permission() string { return tools.PermRead }
 func (*searchFiles) ParallelSafe() bool { return true }

@@ -22,12 +22,14 @@ func (*writeFile) Description() string {
 		"Overwriting replaces the whole file; to change part of a file use edit_file."
 }
 
-func (*writeFile) Schema() json.RawMessage {
-	return json.RawMessage(`{"type":"object","properties":{` +
-		`"path":{"type":"string","description":"File path relative to the workspace."},` +
-		`"content":{"type":"string","description":"The complete new content of the file."}` +
-		`},"required":["path","content"],"additionalProperties":false}`)
-}
+// writeFileSchema is writeFile's argument schema, built once (Schema hands out the
+// same bytes; callers must not modify them).
+var writeFileSchema = json.RawMessage(`{"type":"object","properties":{` +
+	`"path":{"type":"string","description":"File path relative to the workspace."},` +
+	`"content":{"type":"string","description":"The complete new content of the file."}` +
+	`},"required":["path","content"],"additionalProperties":false}`)
+
+func (*writeFile) Schema() json.RawMessage { return writeFileSchema }
 
 func (*writeFile) Permission() string { return tools.PermWrite }
 func (*writeFile) ParallelSafe() bool { return false }

@@ -23,13 +23,15 @@ func (*getTool) Description() string {
 		"the group's notes and your notes about the person speaking made in this group; and the shared notes."
 }
 
-func (*getTool) Schema() json.RawMessage {
-	return json.RawMessage(`{"type":"object","properties":{` +
-		`"path":{"type":"string","description":"File path as memory_search shows it, relative to the workspace."},` +
-		`"start_line":{"type":"integer","minimum":1,"description":"First line to read, 1-based (default 1)."},` +
-		`"num_lines":{"type":"integer","minimum":1,"maximum":2000,"description":"How many lines to read (default 200)."}` +
-		`},"required":["path"],"additionalProperties":false}`)
-}
+// getToolSchema is getTool's argument schema, built once (Schema hands out the
+// same bytes; callers must not modify them).
+var getToolSchema = json.RawMessage(`{"type":"object","properties":{` +
+	`"path":{"type":"string","description":"File path as memory_search shows it, relative to the workspace."},` +
+	`"start_line":{"type":"integer","minimum":1,"description":"First line to read, 1-based (default 1)."},` +
+	`"num_lines":{"type":"integer","minimum":1,"maximum":2000,"description":"How many lines to read (default 200)."}` +
+	`},"required":["path"],"additionalProperties":false}`)
+
+func (*getTool) Schema() json.RawMessage { return getToolSchema }
 
 func (*getTool) Permission() string { return tools.PermRead }
 func (*getTool) ParallelSafe() bool { return true }

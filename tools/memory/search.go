@@ -21,12 +21,14 @@ func (*searchTool) Description() string {
 		"something the user told you earlier."
 }
 
-func (*searchTool) Schema() json.RawMessage {
-	return json.RawMessage(`{"type":"object","properties":{` +
-		`"query":{"type":"string","description":"Keywords or a question, e.g. \"flight to Tokyo\" or \"北京 出差\"."},` +
-		`"max_results":{"type":"integer","minimum":1,"maximum":50,"description":"Most passages to return (default 10)."}` +
-		`},"required":["query"],"additionalProperties":false}`)
-}
+// searchToolSchema is searchTool's argument schema, built once (Schema hands out the
+// same bytes; callers must not modify them).
+var searchToolSchema = json.RawMessage(`{"type":"object","properties":{` +
+	`"query":{"type":"string","description":"Keywords or a question, e.g. \"flight to Tokyo\" or \"北京 出差\"."},` +
+	`"max_results":{"type":"integer","minimum":1,"maximum":50,"description":"Most passages to return (default 10)."}` +
+	`},"required":["query"],"additionalProperties":false}`)
+
+func (*searchTool) Schema() json.RawMessage { return searchToolSchema }
 
 func (*searchTool) Permission() string { return tools.PermRead }
 func (*searchTool) ParallelSafe() bool { return true }

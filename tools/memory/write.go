@@ -23,13 +23,15 @@ func (*writeTool) Description() string {
 		"messages see (scope \"group\")."
 }
 
-func (*writeTool) Schema() json.RawMessage {
-	return json.RawMessage(`{"type":"object","properties":{` +
-		`"text":{"type":"string","description":"What to remember, as a short self-contained statement."},` +
-		`"kind":{"type":"string","enum":["core","daily"],"description":"core: lasting fact shown in every conversation; daily: note for today's log."},` +
-		`"scope":{"type":"string","enum":["me","group"],"description":"Group chats only: me (default) keeps the note about the person speaking, seen only in their messages in this group; group keeps it in the group's notes, seen by every member."}` +
-		`},"required":["text","kind"],"additionalProperties":false}`)
-}
+// writeToolSchema is writeTool's argument schema, built once (Schema hands out the
+// same bytes; callers must not modify them).
+var writeToolSchema = json.RawMessage(`{"type":"object","properties":{` +
+	`"text":{"type":"string","description":"What to remember, as a short self-contained statement."},` +
+	`"kind":{"type":"string","enum":["core","daily"],"description":"core: lasting fact shown in every conversation; daily: note for today's log."},` +
+	`"scope":{"type":"string","enum":["me","group"],"description":"Group chats only: me (default) keeps the note about the person speaking, seen only in their messages in this group; group keeps it in the group's notes, seen by every member."}` +
+	`},"required":["text","kind"],"additionalProperties":false}`)
+
+func (*writeTool) Schema() json.RawMessage { return writeToolSchema }
 
 func (*writeTool) Permission() string { return tools.PermWrite }
 func (*writeTool) ParallelSafe() bool { return false }

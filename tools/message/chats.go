@@ -160,12 +160,15 @@ func (recorder) Name() string { return "record_chat" }
 func (recorder) Description() string {
 	return "Remembers which user was served in which chat (for send_message)."
 }
-func (recorder) Schema() json.RawMessage {
-	return json.RawMessage(`{"type":"object","properties":{"reply":{"type":"string"}}}`)
-}
-func (recorder) Permission() string { return tools.PermRead }
-func (recorder) ParallelSafe() bool { return true }
-func (recorder) Stage() string      { return tools.StagePostTurn }
+
+// recorderSchema is recorder's argument schema, built once (Schema hands out the
+// same bytes; callers must not modify them).
+var recorderSchema = json.RawMessage(`{"type":"object","properties":{"reply":{"type":"string"}}}`)
+
+func (recorder) Schema() json.RawMessage { return recorderSchema }
+func (recorder) Permission() string      { return tools.PermRead }
+func (recorder) ParallelSafe() bool      { return true }
+func (recorder) Stage() string           { return tools.StagePostTurn }
 
 func (r recorder) Run(ctx context.Context, call tools.Call) (tools.Result, error) {
 	if err := ctx.Err(); err != nil {

@@ -81,16 +81,18 @@ func (t *sendTool) Description() string {
 	return d
 }
 
-func (*sendTool) Schema() json.RawMessage {
-	return json.RawMessage(`{"type":"object","properties":{` +
-		`"text":{"type":"string","description":"The message text (Markdown)."},` +
-		`"file":{"type":"string","description":"Path of a workspace file to attach."},` +
-		`"channel":{"type":"string","description":"With chat_id: the channel of another chat of this user. Default: the current chat."},` +
-		`"chat_id":{"type":"string","description":"With channel: the chat to send to."},` +
-		`"thread_id":{"type":"string","description":"Thread within that chat, if any."},` +
-		`"list_chats":{"type":"boolean","description":"List the chats of this user that messages can be sent to, instead of sending."}` +
-		`},"additionalProperties":false}`)
-}
+// sendToolSchema is sendTool's argument schema, built once (Schema hands out the
+// same bytes; callers must not modify them).
+var sendToolSchema = json.RawMessage(`{"type":"object","properties":{` +
+	`"text":{"type":"string","description":"The message text (Markdown)."},` +
+	`"file":{"type":"string","description":"Path of a workspace file to attach."},` +
+	`"channel":{"type":"string","description":"With chat_id: the channel of another chat of this user. Default: the current chat."},` +
+	`"chat_id":{"type":"string","description":"With channel: the chat to send to."},` +
+	`"thread_id":{"type":"string","description":"Thread within that chat, if any."},` +
+	`"list_chats":{"type":"boolean","description":"List the chats of this user that messages can be sent to, instead of sending."}` +
+	`},"additionalProperties":false}`)
+
+func (*sendTool) Schema() json.RawMessage { return sendToolSchema }
 
 func (*sendTool) Permission() string { return tools.PermMessage }
 func (*sendTool) ParallelSafe() bool { return false }

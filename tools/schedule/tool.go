@@ -27,17 +27,19 @@ func (t *scheduleTool) Description() string {
 			t.s.loc, t.s.cfg.MaxPerUser, t.s.cfg.MinInterval)
 }
 
-func (*scheduleTool) Schema() json.RawMessage {
-	return json.RawMessage(`{"type":"object","properties":{` +
-		`"action":{"type":"string","enum":["create","list","delete"],"description":"What to do."},` +
-		`"prompt":{"type":"string","description":"create: what to do when the task runs."},` +
-		`"at":{"type":"string","description":"create, once: when (2026-03-01 09:00, 2026-03-01T09:00:00+01:00, or in 20m)."},` +
-		`"every":{"type":"string","description":"create, repeating: the interval (e.g. 30m, 2h, 24h); the first run is one interval from now."},` +
-		`"cron":{"type":"string","description":"create, repeating: a 5-field cron expression (minute hour day month weekday) or @hourly, @daily, @weekly, @monthly."},` +
-		`"timezone":{"type":"string","description":"create: IANA time zone for at and cron, e.g. Europe/Berlin."},` +
-		`"id":{"type":"string","description":"delete: the task id (see list)."}` +
-		`},"required":["action"],"additionalProperties":false}`)
-}
+// scheduleToolSchema is scheduleTool's argument schema, built once (Schema hands out the
+// same bytes; callers must not modify them).
+var scheduleToolSchema = json.RawMessage(`{"type":"object","properties":{` +
+	`"action":{"type":"string","enum":["create","list","delete"],"description":"What to do."},` +
+	`"prompt":{"type":"string","description":"create: what to do when the task runs."},` +
+	`"at":{"type":"string","description":"create, once: when (2026-03-01 09:00, 2026-03-01T09:00:00+01:00, or in 20m)."},` +
+	`"every":{"type":"string","description":"create, repeating: the interval (e.g. 30m, 2h, 24h); the first run is one interval from now."},` +
+	`"cron":{"type":"string","description":"create, repeating: a 5-field cron expression (minute hour day month weekday) or @hourly, @daily, @weekly, @monthly."},` +
+	`"timezone":{"type":"string","description":"create: IANA time zone for at and cron, e.g. Europe/Berlin."},` +
+	`"id":{"type":"string","description":"delete: the task id (see list)."}` +
+	`},"required":["action"],"additionalProperties":false}`)
+
+func (*scheduleTool) Schema() json.RawMessage { return scheduleToolSchema }
 
 func (*scheduleTool) Permission() string { return tools.PermWrite }
 func (*scheduleTool) ParallelSafe() bool { return false }
