@@ -42,6 +42,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
+	"github.com/switchboard-chat/switchboard/internal/clock"
 	"github.com/switchboard-chat/switchboard/memory/notes"
 	"github.com/switchboard-chat/switchboard/workspace"
 )
@@ -255,8 +256,9 @@ func (x *Index) Stats() Stats {
 	}
 }
 
-// Touch asks Run for a rescan soon. It never blocks; touches made while a
-// rescan is pending merge into one.
+// Touch asks Run for a rescan: at once after a quiet second, else a
+// second after the last touch-driven one. It never blocks; touches made
+// while a rescan is pending merge into one.
 func (x *Index) Touch() {
 	select {
 	case x.touch <- struct{}{}:
@@ -271,6 +273,7 @@ func (x *Index) Touch() {
 func (x *Index) Run(ctx context.Context) error {
 	t := time.NewTicker(x.interval)
 	defer t.Stop()
+	touched := false
 	for {
 		rep, err := x.Sync(ctx)
 		if x.onScan != nil && ctx.Err() == nil {
@@ -285,14 +288,30 @@ func (x *Index) Run(ctx context.Context) error {
 			}
 			x.log.Warn("memory index rescan failed", "err", err)
 		}
+		if touched {
+			// Touches come with every note written (a chat trimmed turn
+			// after turn writes its daily notes each time): after a
+			// rescan a touch asked for, the next one waits touchGap, so a
+			// burst costs two rescans, not one per write. Update indexes
+			// a single file at once when it cannot wait.
+			if err := clock.Sleep(ctx, touchGap); err != nil {
+				return nil
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+			touched = false
 		case <-x.touch:
+			touched = true
 		}
 	}
 }
+
+// touchGap is the least time between a touch and the rescan it asks for;
+// touches within it merge into that rescan.
+const touchGap = time.Second
 
 // Report counts what one Sync did.
 type Report struct {

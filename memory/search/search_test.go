@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -607,4 +608,43 @@ func TestEmbedderValidation(t *testing.T) {
 	if v, err := e.Embed(t.Context(), []string{"a"}); err != nil || len(v) != 1 || len(v[0]) != 2 {
 		t.Errorf("Embed = %v, %v", v, err)
 	}
+}
+
+// TestTouchBurstIsOneRescan: every note written touches the index (a chat
+// trimmed turn after turn writes its daily notes each time): the first
+// touch rescans at once, the rest of a burst merges into one rescan a
+// second later.
+func TestTouchBurstIsOneRescan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		scans := 0
+		f := newFixture(t, map[string]string{"MEMORY.md": "- first\n"}, func(o *search.Options) {
+			o.Interval = time.Hour
+			o.OnScan = func(search.Report, error) { mu.Lock(); scans++; mu.Unlock() }
+		})
+		count := func() int { synctest.Wait(); mu.Lock(); defer mu.Unlock(); return scans }
+		ctx, cancel := contextWithCancel(t)
+		done := make(chan error, 1)
+		go func() { done <- f.idx.Run(ctx) }()
+		if n := count(); n != 1 {
+			t.Fatalf("scans after start = %d, want the initial one", n)
+		}
+		f.idx.Touch()
+		if n := count(); n != 2 {
+			t.Fatalf("scans after the first touch = %d, want 2 (a touch after a quiet time rescans at once)", n)
+		}
+		for i := range 50 {
+			f.write(t, "memory/2025-03-10.md", strings.Repeat("- note\n", i+1))
+			f.idx.Touch()
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(2 * time.Second)
+		if n := count(); n != 3 {
+			t.Errorf("scans after a burst of 50 touches = %d, want 3 (the burst merged into one)", n)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
 }
