@@ -65,6 +65,7 @@ var (
 // Defaults for [Options].
 const (
 	DefaultMaxBatchDelay = 2 * time.Millisecond
+	DefaultMaxBatchSize  = 1000
 	DefaultLockTimeout   = time.Second
 	DefaultMarkDelay     = 100 * time.Millisecond
 )
@@ -97,6 +98,9 @@ type Options struct {
 	// MaxBatchDelay is how long a commit waits for others to join its
 	// transaction when several are in flight (default 2ms).
 	MaxBatchDelay time.Duration
+	// MaxBatchSize is the most commits one transaction takes; a full batch
+	// does not wait for MaxBatchDelay (default 1000).
+	MaxBatchSize int
 	// LockTimeout is how long Open waits for the file lock held by another
 	// process or another Open of the same file (default 1s).
 	LockTimeout time.Duration
@@ -156,6 +160,12 @@ func Open(path string, opts Options) (*Store, error) {
 	if path == "" {
 		return nil, errors.New("boltstore: open: path is empty")
 	}
+	if opts.MaxBatchSize < 0 {
+		return nil, fmt.Errorf("boltstore: open %s: max_batch_size must be >= 0, got %d", path, opts.MaxBatchSize)
+	}
+	if opts.MaxBatchSize == 0 {
+		opts.MaxBatchSize = DefaultMaxBatchSize
+	}
 	if opts.MaxBatchDelay < 0 {
 		return nil, fmt.Errorf("boltstore: open %s: max_batch_delay must be >= 0, got %s", path, opts.MaxBatchDelay)
 	}
@@ -182,6 +192,7 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	db.MaxBatchDelay = opts.MaxBatchDelay
+	db.MaxBatchSize = opts.MaxBatchSize
 	err = db.Update(func(tx *bolt.Tx) error {
 		legacy := tx.Bucket(bucketSummaries) == nil
 		for _, name := range [][]byte{bucketMsgs, bucketSessions, bucketSummaries, bucketReceipts, bucketPruning} {
