@@ -13,6 +13,10 @@ const (
 	compressBelowTurns = 5 // fewer turns than this are compressed, not halved
 	maxSummaryBytes    = 6000
 	digestLineBytes    = 160
+	// maxUnnotedTurns bounds the turns a session keeps for its daily note
+	// (conversation.unnoted): a chat that stays busy is noted every that
+	// many turns instead of holding all of them until it goes quiet.
+	maxUnnotedTurns = 100
 )
 
 // budget is the token budget of a request's history: the smaller of

@@ -197,7 +197,7 @@ func (s *session) finishTurn(ctx context.Context, p *turnPlan, res loop.Result) 
 // fresh one after a reset, else the loop's history, with what overflow
 // recovery dropped summarised and the trimmed context made durable.
 func (s *session) remember(ctx context.Context, p *turnPlan, res loop.Result, msgs []memory.Message, fresh bool) {
-	s.conv.unnoted = append(s.conv.unnoted, msgs...)
+	s.keepForNote(ctx, msgs)
 	if fresh {
 		s.conv.history = msgs
 		s.setSummary("")
@@ -262,6 +262,26 @@ func (s *session) summarize(_ context.Context, dropped []memory.Message) {
 	}
 	if s.env.deps.Summarizer != nil {
 		s.host.enqueueSummary(summaryJob{s: s, base: base, previous: prev, dropped: append([]memory.Message(nil), dropped...)})
+	}
+}
+
+// keepForNote keeps a turn's messages for the daily note written when the
+// session goes quiet — without long-term memory there is none — and
+// writes that note at once when maxUnnotedTurns turns are waiting, so a
+// busy chat holds a bounded number of turns.
+func (s *session) keepForNote(ctx context.Context, msgs []memory.Message) {
+	if s.env.deps.Memory == nil {
+		return
+	}
+	s.conv.unnoted = append(s.conv.unnoted, msgs...)
+	turns := 0
+	for i := range s.conv.unnoted {
+		if s.conv.unnoted[i].TurnStart {
+			turns++
+		}
+	}
+	if turns >= maxUnnotedTurns {
+		s.noteConversation(ctx)
 	}
 }
 

@@ -569,7 +569,7 @@ func (s *Store) MarkPublished(ctx context.Context, key string) error {
 // flushMarks writes the published marks that no other write carried
 // within MarkDelay.
 func (s *Store) flushMarks() {
-	if !s.marks.due() || s.begin(context.Background()) != nil {
+	if s.begin(context.Background()) != nil {
 		return
 	}
 	defer s.mu.RUnlock()

@@ -17,15 +17,20 @@ type marks struct {
 	delay time.Duration
 
 	mu sync.Mutex
-	// keys maps each receipt key waiting to be marked to the write
-	// transaction that is writing it, nil while none is. bbolt runs one
-	// write transaction at a time, so a key claimed by another than the
-	// running one was claimed by a transaction that rolled back (or
-	// committed and is about to delete it): it is written again, which is
-	// harmless.
-	keys    map[string]*bolt.Tx
+	// keys holds each receipt key waiting to be marked.
+	keys    map[string]mark
 	timer   *time.Timer
 	stopped bool
+}
+
+// mark is one waiting mark: when it was made, and the write transaction
+// writing it (nil while none is). bbolt runs one write transaction at a
+// time, so a mark claimed by another than the running one was claimed by
+// a transaction that rolled back (or committed and is about to forget
+// it): it is written again, which is harmless.
+type mark struct {
+	at time.Time
+	by *bolt.Tx
 }
 
 // add records key and makes sure it is written within delay, by flush
@@ -37,11 +42,15 @@ func (m *marks) add(key string, flush func()) {
 		return
 	}
 	if m.keys == nil {
-		m.keys = make(map[string]*bolt.Tx)
+		m.keys = make(map[string]mark)
 	}
-	m.keys[key] = nil
+	m.keys[key] = mark{at: time.Now()}
 	if m.timer == nil {
-		m.timer = time.AfterFunc(m.delay, flush)
+		m.timer = time.AfterFunc(m.delay, func() {
+			if m.due(flush) {
+				flush()
+			}
+		})
 	}
 }
 
@@ -53,13 +62,33 @@ func (m *marks) pending(key string) bool {
 	return ok
 }
 
-// due is called by the timer: it reports whether marks still wait and
-// lets the next add start a new timer.
-func (m *marks) due() bool {
+// due is called by the timer: it reports whether a mark has waited for
+// delay. When only younger ones wait (the writes of other turns took the
+// older ones, as under load) it starts the timer again for the oldest, so
+// a busy store writes no transaction for marks alone.
+func (m *marks) due(flush func()) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.timer = nil
-	return len(m.keys) > 0 && !m.stopped
+	if m.stopped || len(m.keys) == 0 {
+		return false
+	}
+	oldest := time.Now()
+	for _, mk := range m.keys {
+		if mk.at.Before(oldest) {
+			oldest = mk.at
+		}
+	}
+	wait := m.delay - time.Since(oldest)
+	if wait <= 0 {
+		return true
+	}
+	m.timer = time.AfterFunc(wait, func() {
+		if m.due(flush) {
+			flush()
+		}
+	})
+	return false
 }
 
 // stop stops the timer for Close and reports whether marks wait to be
@@ -82,9 +111,9 @@ func (m *marks) stop() bool {
 func (m *marks) apply(tx *bolt.Tx) error {
 	m.mu.Lock()
 	var keys []string
-	for k, by := range m.keys {
-		if by != tx {
-			m.keys[k] = tx
+	for k, mk := range m.keys {
+		if mk.by != tx {
+			m.keys[k] = mark{at: mk.at, by: tx}
 			keys = append(keys, k)
 		}
 	}
@@ -96,7 +125,7 @@ func (m *marks) apply(tx *bolt.Tx) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		for _, k := range keys {
-			if m.keys[k] == tx {
+			if m.keys[k].by == tx {
 				delete(m.keys, k)
 			}
 		}
