@@ -13,9 +13,9 @@ const (
 	compressBelowTurns = 5 // fewer turns than this are compressed, not halved
 	maxSummaryBytes    = 6000
 	digestLineBytes    = 160
-	// maxUnnotedTurns bounds the turns a session keeps for its daily note
-	// (conversation.unnoted): a chat that stays busy is noted every that
-	// many turns instead of holding all of them until it goes quiet.
+	// maxUnnotedTurns bounds the turns a session keeps for the daily note
+	// written when it goes quiet (conversation.unnoted): a chat that stays
+	// busy holds its last that many, not every turn since it began.
 	maxUnnotedTurns = 100
 )
 
