@@ -551,9 +551,14 @@ func (s *Store) MarkPublished(ctx context.Context, key string) error {
 			return nil
 		}
 		found = true
-		r, err := memory.DecodeReceipt(v)
+		var r struct {
+			Published bool `json:"published"`
+		}
+		if err := json.Unmarshal(v, &r); err != nil {
+			return fmt.Errorf("%w: %v", memory.ErrInvalid, err)
+		}
 		published = r.Published
-		return err
+		return nil
 	})
 	switch {
 	case err != nil:
