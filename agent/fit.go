@@ -13,6 +13,10 @@ const (
 	compressBelowTurns = 5 // fewer turns than this are compressed, not halved
 	maxSummaryBytes    = 6000
 	digestLineBytes    = 160
+	// maxUnnotedTurns bounds the turns a session keeps for the daily note
+	// written when it goes quiet (conversation.unnoted): a chat that stays
+	// busy holds its last that many, not every turn since it began.
+	maxUnnotedTurns = 100
 )
 
 // budget is the token budget of a request's history: the smaller of

@@ -197,7 +197,7 @@ func (s *session) finishTurn(ctx context.Context, p *turnPlan, res loop.Result) 
 // fresh one after a reset, else the loop's history, with what overflow
 // recovery dropped summarised and the trimmed context made durable.
 func (s *session) remember(ctx context.Context, p *turnPlan, res loop.Result, msgs []memory.Message, fresh bool) {
-	s.conv.unnoted = append(s.conv.unnoted, msgs...)
+	s.keepForNote(msgs)
 	if fresh {
 		s.conv.history = msgs
 		s.setSummary("")
@@ -263,6 +263,38 @@ func (s *session) summarize(_ context.Context, dropped []memory.Message) {
 	if s.env.deps.Summarizer != nil {
 		s.host.enqueueSummary(summaryJob{s: s, base: base, previous: prev, dropped: append([]memory.Message(nil), dropped...)})
 	}
+}
+
+// keepForNote keeps a turn's messages for the daily note written when the
+// session goes quiet — without long-term memory there is none — and no
+// more than the last maxUnnotedTurns turns: older ones have long left the
+// context, and the note of what was trimmed from it holds them.
+func (s *session) keepForNote(msgs []memory.Message) {
+	if s.env.deps.Memory == nil {
+		return
+	}
+	s.conv.unnoted = append(s.conv.unnoted, msgs...)
+	starts := 0
+	for i := range s.conv.unnoted {
+		if s.conv.unnoted[i].TurnStart {
+			starts++
+		}
+	}
+	if starts <= maxUnnotedTurns {
+		return
+	}
+	// Drop the oldest turns; copy so the dropped ones can be freed.
+	cut, seen := 0, 0
+	for i := range s.conv.unnoted {
+		if s.conv.unnoted[i].TurnStart {
+			if seen == starts-maxUnnotedTurns {
+				cut = i
+				break
+			}
+			seen++
+		}
+	}
+	s.conv.unnoted = append(make([]memory.Message, 0, 2*(len(s.conv.unnoted)-cut)), s.conv.unnoted[cut:]...)
 }
 
 // noteConversation writes a summary of the turns answered since the last

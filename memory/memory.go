@@ -131,8 +131,13 @@ var ErrClosed = errors.New("memory: store closed")
 // Store keeps sessions' history durably.
 //
 // Implementations are safe for concurrent use. Every method blocks until its
-// work is durable (CommitTurn, MarkPublished) or read, and honours ctx only
-// while waiting to start; a commit that started completes.
+// work is durable (CommitTurn) or read, and honours ctx only while waiting
+// to start; a commit that started completes. MarkPublished is the
+// exception: its mark may become durable shortly after it returns (the
+// bbolt store writes it with the next commit), because losing it costs
+// nothing but a second publication of the same final under the same
+// message id, which the bus drops as a duplicate — the state a crash
+// right after the acknowledgement leaves anyway.
 type Store interface {
 	// Load returns the session's summary and its last maxTurns whole turns
 	// after the context start. It reads only those, never the whole history.
@@ -143,7 +148,9 @@ type Store interface {
 	CommitTurn(ctx context.Context, rec TurnRecord) error
 	// Receipt returns the receipt stored under key, or ok=false.
 	Receipt(ctx context.Context, key string) (r Receipt, ok bool, err error)
-	// MarkPublished records that the receipt's final envelope was published.
+	// MarkPublished records that the receipt's final envelope was
+	// published; Receipt reports it at once, the disk shortly after (see
+	// above).
 	MarkPublished(ctx context.Context, key string) error
 	// Close releases the store; it is idempotent.
 	Close() error

@@ -48,9 +48,8 @@ func (s *Store) SetSummary(ctx context.Context, session, summary string) error {
 	if err := memory.ValidateSession(session); err != nil {
 		return fmt.Errorf("boltstore: set summary: %w", err)
 	}
-	return s.updateSession(ctx, "set summary", session, func(_ *bolt.Tx, meta *sessionMeta) error {
-		meta.Summary = summary
-		return nil
+	return s.updateSession(ctx, "set summary", session, func(tx *bolt.Tx, _ *sessionMeta) error {
+		return putSummary(tx, []byte(session), summary)
 	})
 }
 
@@ -84,7 +83,7 @@ func (s *Store) Sessions(ctx context.Context) ([]SessionInfo, error) {
 			}
 			out = append(out, SessionInfo{
 				Key: string(k), Messages: meta.Last - meta.Base, Context: meta.Last - meta.Start,
-				Turns: meta.Turns, SummaryBytes: len(meta.Summary), LastActive: meta.LastActive,
+				Turns: meta.Turns, SummaryBytes: len(tx.Bucket(bucketSummaries).Get(k)), LastActive: meta.LastActive,
 			})
 			return nil
 		})
@@ -306,6 +305,9 @@ func (s *Store) dropSession(ctx context.Context, skey []byte, keep func(sessionM
 		}
 		if err := sessions.Delete(skey); err != nil {
 			return fmt.Errorf("delete session meta: %w", err)
+		}
+		if err := putSummary(tx, skey, ""); err != nil {
+			return err
 		}
 		dropped = true
 		return nil

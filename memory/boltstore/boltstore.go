@@ -4,16 +4,24 @@
 //
 //	msgs      session + 0x00 + big-endian uint64 seq -> JSON memory.Message
 //	sessions  session -> JSON meta {last seq, context start, turns since
-//	          start, summary, last active}
+//	          start, last active}
+//	summaries session -> the running summary (UTF-8 text; absent: none)
 //	receipts  receipt key -> JSON memory.Receipt
 //	pruning   session -> big-endian uint64: messages up to that seq are
 //	          being deleted (a session pruned or reset)
 //
-// Writes go through bbolt's DB.Batch so concurrent sessions share one
-// transaction and one fsync (group commit); a lone writer skips the batch
-// delay and commits at once. Reads walk a reverse cursor from a session's
-// last message and stop at the context start or after the requested number
-// of whole turns, so loading never scans the whole history.
+// A commit writes only what the turn adds: its messages, its receipts and
+// the session's small meta; the summary (up to several KB) has a bucket of
+// its own and is written only when it changes (Compact, SetSummary, a
+// fresh context). Writes go through bbolt's DB.Batch so concurrent
+// sessions share one transaction and one fsync (group commit); a lone
+// writer skips the batch delay and commits at once. A receipt's published
+// mark (MarkPublished) is not a write of its own: it is written by the next
+// write transaction, whatever it is for, or after [Options.MarkDelay] by a
+// transaction of its own, and on Close — so a chat's turn costs one
+// transaction. Reads walk a reverse cursor from a session's last message
+// and stop at the context start or after the requested number of whole
+// turns, so loading never scans the whole history.
 //
 // The file is [FileName] in data_dir. For the operator, on a stopped
 // daemon, [History] runs the `switchboard history` verbs (list, export,
@@ -43,7 +51,11 @@ import (
 var (
 	bucketMsgs     = []byte("msgs")
 	bucketSessions = []byte("sessions")
-	bucketReceipts = []byte("receipts")
+	// bucketSummaries holds the running summaries, apart from the meta
+	// that every commit rewrites. A file written before it existed kept
+	// the summary in the meta; Open moves it here.
+	bucketSummaries = []byte("summaries")
+	bucketReceipts  = []byte("receipts")
 	// bucketPruning records sessions whose messages are being deleted
 	// (PruneSessions, Reset): session -> big-endian uint64 seq; messages
 	// of the session with seq <= it are deleted in bounded transactions.
@@ -53,7 +65,9 @@ var (
 // Defaults for [Options].
 const (
 	DefaultMaxBatchDelay = 2 * time.Millisecond
+	DefaultMaxBatchSize  = 1000
 	DefaultLockTimeout   = time.Second
+	DefaultMarkDelay     = 100 * time.Millisecond
 )
 
 // ErrLocked is returned (wrapped, together with bbolt's timeout error) by
@@ -84,9 +98,18 @@ type Options struct {
 	// MaxBatchDelay is how long a commit waits for others to join its
 	// transaction when several are in flight (default 2ms).
 	MaxBatchDelay time.Duration
+	// MaxBatchSize is the most commits one transaction takes; a full batch
+	// does not wait for MaxBatchDelay (default 1000).
+	MaxBatchSize int
 	// LockTimeout is how long Open waits for the file lock held by another
 	// process or another Open of the same file (default 1s).
 	LockTimeout time.Duration
+	// MarkDelay is how long a published mark (MarkPublished) may wait
+	// for the next write transaction to carry it before it is written by
+	// one of its own (default 100ms). A mark lost in a crash only means
+	// that a redelivery publishes the stored final once more, with the same
+	// message id (see [memory.Store]).
+	MarkDelay time.Duration
 	// NoSync skips fsync on commit. Unsafe: a crash may lose or corrupt
 	// data. For benchmarks and bulk loads only.
 	NoSync bool
@@ -106,6 +129,8 @@ type Store struct {
 	// inflight counts writes in progress; a write that finds no other one
 	// commits directly instead of waiting MaxBatchDelay for company.
 	inflight atomic.Int64
+
+	marks marks
 }
 
 var (
@@ -125,7 +150,6 @@ type sessionMeta struct {
 	Last       uint64    `json:"last"`  // seq of the last message (0: none)
 	Start      uint64    `json:"start"` // messages with seq > Start are in the context
 	Turns      int       `json:"turns"` // turns since Start
-	Summary    string    `json:"summary,omitempty"`
 	LastActive time.Time `json:"last_active"`
 }
 
@@ -136,11 +160,23 @@ func Open(path string, opts Options) (*Store, error) {
 	if path == "" {
 		return nil, errors.New("boltstore: open: path is empty")
 	}
+	if opts.MaxBatchSize < 0 {
+		return nil, fmt.Errorf("boltstore: open %s: max_batch_size must be >= 0, got %d", path, opts.MaxBatchSize)
+	}
+	if opts.MaxBatchSize == 0 {
+		opts.MaxBatchSize = DefaultMaxBatchSize
+	}
 	if opts.MaxBatchDelay < 0 {
 		return nil, fmt.Errorf("boltstore: open %s: max_batch_delay must be >= 0, got %s", path, opts.MaxBatchDelay)
 	}
 	if opts.LockTimeout < 0 {
 		return nil, fmt.Errorf("boltstore: open %s: lock_timeout must be >= 0, got %s", path, opts.LockTimeout)
+	}
+	if opts.MarkDelay < 0 {
+		return nil, fmt.Errorf("boltstore: open %s: mark_delay must be >= 0, got %s", path, opts.MarkDelay)
+	}
+	if opts.MarkDelay == 0 {
+		opts.MarkDelay = DefaultMarkDelay
 	}
 	if opts.MaxBatchDelay == 0 {
 		opts.MaxBatchDelay = DefaultMaxBatchDelay
@@ -156,11 +192,16 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	db.MaxBatchDelay = opts.MaxBatchDelay
+	db.MaxBatchSize = opts.MaxBatchSize
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMsgs, bucketSessions, bucketReceipts, bucketPruning} {
+		legacy := tx.Bucket(bucketSummaries) == nil
+		for _, name := range [][]byte{bucketMsgs, bucketSessions, bucketSummaries, bucketReceipts, bucketPruning} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("bucket %s: %w", name, err)
 			}
+		}
+		if legacy {
+			return moveSummaries(tx)
 		}
 		return nil
 	})
@@ -168,7 +209,47 @@ func Open(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
-	return &Store{db: db, path: path}, nil
+	s := &Store{db: db, path: path}
+	s.marks.delay = opts.MarkDelay
+	return s, nil
+}
+
+// moveSummaries moves the summaries of a file written before the
+// summaries bucket existed out of the session metas into that bucket.
+func moveSummaries(tx *bolt.Tx) error {
+	sessions, summaries := tx.Bucket(bucketSessions), tx.Bucket(bucketSummaries)
+	type move struct {
+		key     []byte
+		meta    sessionMeta
+		summary string
+	}
+	var moves []move
+	err := sessions.ForEach(func(k, v []byte) error {
+		var old struct {
+			Summary string `json:"summary"`
+		}
+		if json.Unmarshal(v, &old) != nil || old.Summary == "" {
+			return nil // an unreadable meta is reported where it is used
+		}
+		meta, ok, err := getMeta(sessions, k)
+		if err != nil || !ok {
+			return nil
+		}
+		moves = append(moves, move{key: append([]byte(nil), k...), meta: meta, summary: old.Summary})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, m := range moves {
+		if err := summaries.Put(m.key, []byte(m.summary)); err != nil {
+			return fmt.Errorf("move summary of %q: %w", m.key, err)
+		}
+		if err := putMeta(sessions, m.key, m.meta); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // openLocked opens the bbolt file and takes its lock. If the file was
@@ -209,6 +290,8 @@ func (s *Store) Path() string { return s.path }
 
 // Close closes the file. It waits for operations in flight, is idempotent,
 // and every other method returns [memory.ErrClosed] afterwards.
+//
+// Published marks not yet written are written first.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -216,7 +299,16 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	var errs []error
+	if s.marks.stop() {
+		if err := s.db.Update(s.marks.apply); err != nil {
+			errs = append(errs, fmt.Errorf("write published marks: %w", err))
+		}
+	}
 	if err := s.db.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("boltstore: close %s: %w", s.path, err)
 	}
 	return nil
@@ -236,15 +328,22 @@ func (s *Store) begin(ctx context.Context) error {
 	return nil
 }
 
-// write commits fn durably. Concurrent writers share a DB.Batch
-// transaction; a writer alone commits directly. fn may run more than once
-// and must compute everything from bucket state.
+// write commits fn durably, with the published marks waiting to be
+// written. Concurrent writers share a DB.Batch transaction; a writer
+// alone commits directly. fn may run more than once and must compute
+// everything from bucket state.
 func (s *Store) write(fn func(*bolt.Tx) error) error {
+	withMarks := func(tx *bolt.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return s.marks.apply(tx)
+	}
 	defer s.inflight.Add(-1)
 	if s.inflight.Add(1) == 1 {
-		return s.db.Update(fn)
+		return s.db.Update(withMarks)
 	}
-	return s.db.Batch(fn)
+	return s.db.Batch(withMarks)
 }
 
 // CommitTurn implements [memory.Store]. It validates rec (errors wrap
@@ -289,7 +388,9 @@ func (s *Store) CommitTurn(ctx context.Context, rec memory.TurnRecord) error {
 		if rec.Fresh {
 			meta.Start = meta.Last
 			meta.Turns = 0
-			meta.Summary = ""
+			if err := putSummary(tx, skey, ""); err != nil {
+				return err
+			}
 		}
 		bucket := tx.Bucket(bucketMsgs)
 		for _, m := range enc.Messages {
@@ -342,7 +443,7 @@ func (s *Store) Load(ctx context.Context, session string, maxTurns int) (memory.
 		if err != nil || !ok {
 			return err
 		}
-		snap.Summary = meta.Summary
+		snap.Summary = string(tx.Bucket(bucketSummaries).Get(skey))
 		snap.Turns = meta.Turns
 		snap.LastActive = meta.LastActive
 		if maxTurns == 0 || meta.Last <= meta.Start {
@@ -424,11 +525,17 @@ func (s *Store) Receipt(ctx context.Context, key string) (memory.Receipt, bool, 
 	if err != nil {
 		return memory.Receipt{}, false, fmt.Errorf("boltstore: receipt %q: %w", key, err)
 	}
+	if ok && !r.Published && s.marks.pending(key) {
+		r.Published = true
+	}
 	return r, ok, nil
 }
 
 // MarkPublished implements [memory.Store]. An unknown key is an error
-// wrapping [memory.ErrNotFound]; marking twice is not an error.
+// wrapping [memory.ErrNotFound]; marking twice is not an error. It reads
+// (the key must exist) but does not write: the mark is written by the
+// next write transaction, after [Options.MarkDelay] at the latest, or on
+// Close; [Store.Receipt] shows it at once.
 func (s *Store) MarkPublished(ctx context.Context, key string) error {
 	if err := memory.ValidateReceiptKey(key); err != nil {
 		return fmt.Errorf("boltstore: mark published: %w", err)
@@ -437,37 +544,42 @@ func (s *Store) MarkPublished(ctx context.Context, key string) error {
 		return fmt.Errorf("boltstore: mark published %q: %w", key, err)
 	}
 	defer s.mu.RUnlock()
-	rkey := []byte(key)
-	var notFound bool
-	err := s.write(func(tx *bolt.Tx) error {
-		notFound = false
-		b := tx.Bucket(bucketReceipts)
-		v := b.Get(rkey)
+	var found, published bool
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketReceipts).Get([]byte(key))
 		if v == nil {
-			notFound = true
 			return nil
 		}
-		r, err := memory.DecodeReceipt(v)
-		if err != nil {
-			return err
+		found = true
+		var r struct {
+			Published bool `json:"published"`
 		}
-		if r.Published {
-			return nil
+		if err := json.Unmarshal(v, &r); err != nil {
+			return fmt.Errorf("%w: %v", memory.ErrInvalid, err)
 		}
-		r.Published = true
-		nv, err := memory.EncodeReceipt(r)
-		if err != nil {
-			return err
-		}
-		return b.Put(rkey, nv)
+		published = r.Published
+		return nil
 	})
-	if err != nil {
+	switch {
+	case err != nil:
 		return fmt.Errorf("boltstore: mark published %q: %w", key, err)
-	}
-	if notFound {
+	case !found:
 		return fmt.Errorf("boltstore: mark published %q: %w", key, memory.ErrNotFound)
+	case !published:
+		s.marks.add(key, s.flushMarks)
 	}
 	return nil
+}
+
+// flushMarks writes the published marks that no other write carried
+// within MarkDelay.
+func (s *Store) flushMarks() {
+	if s.begin(context.Background()) != nil {
+		return
+	}
+	defer s.mu.RUnlock()
+	// A failed write leaves the marks waiting for the next one.
+	_ = s.write(func(*bolt.Tx) error { return nil })
 }
 
 // Compact implements [memory.Compactor].
@@ -479,7 +591,9 @@ func (s *Store) Compact(ctx context.Context, session, summary string, keepTurns 
 		return fmt.Errorf("boltstore: compact %q: keepTurns must be >= 0, got %d", session, keepTurns)
 	}
 	return s.updateSession(ctx, "compact", session, func(tx *bolt.Tx, meta *sessionMeta) error {
-		meta.Summary = summary
+		if err := putSummary(tx, []byte(session), summary); err != nil {
+			return err
+		}
 		if keepTurns == 0 {
 			meta.Start, meta.Turns = meta.Last, 0
 			return nil
@@ -656,6 +770,24 @@ func getMeta(b *bolt.Bucket, skey []byte) (sessionMeta, bool, error) {
 		return meta, false, fmt.Errorf("session meta: %w: base %d, start %d, last %d, turns %d", memory.ErrInvalid, meta.Base, meta.Start, meta.Last, meta.Turns)
 	}
 	return meta, true, nil
+}
+
+// putSummary stores the session's running summary; "" deletes it.
+func putSummary(tx *bolt.Tx, skey []byte, summary string) error {
+	b := tx.Bucket(bucketSummaries)
+	if summary == "" {
+		if b.Get(skey) == nil {
+			return nil
+		}
+		if err := b.Delete(skey); err != nil {
+			return fmt.Errorf("delete summary: %w", err)
+		}
+		return nil
+	}
+	if err := b.Put(skey, []byte(summary)); err != nil {
+		return fmt.Errorf("put summary: %w", err)
+	}
+	return nil
 }
 
 func putMeta(b *bolt.Bucket, skey []byte, meta sessionMeta) error {
