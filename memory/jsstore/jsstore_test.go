@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go"
@@ -215,18 +216,28 @@ func TestLoadReadsOnlyRecent(t *testing.T) {
 	if diff := cmp.Diff([]string{"u117", "r117", "u118", "r118", "u119", "r119"}, texts(snap.Messages)); diff != "" || snap.Turns != 120 {
 		t.Fatalf("Load(3): turns %d, texts (-want +got):\n%s", snap.Turns, diff)
 	}
-	// The spy has queued every request sent before Load returned once its
-	// own connection has round-tripped.
-	if err := spy.Flush(); err != nil {
+	// The server hands one connection's messages to the spy in the order
+	// it read them: a marker published after Load returned on the store's
+	// connection reaches the spy after every request Load made.
+	if err := nc.Publish("$JS.API.zz-test-marker", nil); err != nil {
 		t.Fatal(err)
 	}
-	_ = sub.Unsubscribe()
 	n := 0
-	for len(seen) > 0 {
-		if m := <-seen; strings.Contains(m.Subject, "MSG.GET") || strings.Contains(m.Subject, "DIRECT.GET") {
-			n++
+	timeout := time.After(10 * time.Second)
+	for marker := false; !marker; {
+		select {
+		case m := <-seen:
+			switch {
+			case m.Subject == "$JS.API.zz-test-marker":
+				marker = true
+			case strings.Contains(m.Subject, "MSG.GET") || strings.Contains(m.Subject, "DIRECT.GET"):
+				n++
+			}
+		case <-timeout:
+			t.Fatalf("the marker never reached the spy (%d reads seen)", n)
 		}
 	}
+	_ = sub.Unsubscribe()
 	if n != 4 {
 		t.Errorf("Load of 3 turns made %d message reads, want 4 (head + 3 chunks)", n)
 	}
