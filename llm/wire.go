@@ -9,9 +9,10 @@ import (
 	"math"
 	"strconv"
 	"sync"
-	"unicode/utf8"
 
 	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/switchboard-chat/switchboard/internal/jsonwire"
 )
 
 // The request body is written here, not by go-openai's marshaller: that one
@@ -147,7 +148,7 @@ func appendBody(b []byte, w *wireRequest, msgs []Message, tools []byte) ([]byte,
 		return b, errors.New("llm: request messages: must not be empty")
 	}
 	b = append(b, `{"model":`...)
-	b = appendString(b, w.model)
+	b = jsonwire.AppendString(b, w.model)
 	b = append(b, `,"messages":[`...)
 	for i := range msgs {
 		if i > 0 {
@@ -194,9 +195,9 @@ func appendMessage(b []byte, m *Message) ([]byte, error) {
 			return appendImageMessage(b, m)
 		}
 		b = append(b, `{"role":`...)
-		b = appendString(b, m.Role)
+		b = jsonwire.AppendString(b, m.Role)
 		b = append(b, `,"content":`...)
-		b = appendString(b, nonEmpty(m.Content))
+		b = jsonwire.AppendString(b, nonEmpty(m.Content))
 		return append(b, '}'), nil
 	case RoleAssistant:
 		b = append(b, `{"role":"assistant"`...)
@@ -208,11 +209,11 @@ func appendMessage(b []byte, m *Message) ([]byte, error) {
 		}
 		if content != "" {
 			b = append(b, `,"content":`...)
-			b = appendString(b, content)
+			b = jsonwire.AppendString(b, content)
 		}
 		if m.Reasoning != "" {
 			b = append(b, `,"reasoning_content":`...)
-			b = appendString(b, m.Reasoning)
+			b = jsonwire.AppendString(b, m.Reasoning)
 		}
 		if len(m.ToolCalls) > 0 {
 			b = append(b, `,"tool_calls":[`...)
@@ -232,11 +233,11 @@ func appendMessage(b []byte, m *Message) ([]byte, error) {
 					b = append(b, ',')
 				}
 				b = append(b, `{"id":`...)
-				b = appendString(b, tc.ID)
+				b = jsonwire.AppendString(b, tc.ID)
 				b = append(b, `,"type":"function","function":{"name":`...)
-				b = appendString(b, tc.Name)
+				b = jsonwire.AppendString(b, tc.Name)
 				b = append(b, `,"arguments":`...)
-				b = appendString(b, args)
+				b = jsonwire.AppendString(b, args)
 				b = append(b, "}}"...)
 			}
 			b = append(b, ']')
@@ -247,9 +248,9 @@ func appendMessage(b []byte, m *Message) ([]byte, error) {
 			return b, errors.New("tool_call_id: tool message needs the id of the call it answers")
 		}
 		b = append(b, `{"role":"tool","content":`...)
-		b = appendString(b, nonEmpty(m.Content))
+		b = jsonwire.AppendString(b, nonEmpty(m.Content))
 		b = append(b, `,"tool_call_id":`...)
-		b = appendString(b, m.ToolID)
+		b = jsonwire.AppendString(b, m.ToolID)
 		return append(b, '}'), nil
 	default:
 		return b, fmt.Errorf("role: unknown role %q (want system, user, assistant or tool)", m.Role)
@@ -263,7 +264,7 @@ func appendImageMessage(b []byte, m *Message) ([]byte, error) {
 	first := true
 	if m.Content != "" {
 		b = append(b, `{"type":"text","text":`...)
-		b = appendString(b, m.Content)
+		b = jsonwire.AppendString(b, m.Content)
 		b = append(b, '}')
 		first = false
 	}
@@ -276,7 +277,7 @@ func appendImageMessage(b []byte, m *Message) ([]byte, error) {
 		}
 		first = false
 		b = append(b, `{"type":"image_url","image_url":{"url":`...)
-		b = appendString(b, img.URL)
+		b = jsonwire.AppendString(b, img.URL)
 		b = append(b, "}}"...)
 	}
 	return append(b, "]}"...), nil
@@ -313,10 +314,10 @@ func appendTools(b []byte, tools []Tool) ([]byte, error) {
 			b = append(b, ',')
 		}
 		b = append(b, `{"function":{"name":`...)
-		b = appendString(b, t.Name)
+		b = jsonwire.AppendString(b, t.Name)
 		if t.Description != "" {
 			b = append(b, `,"description":`...)
-			b = appendString(b, t.Description)
+			b = jsonwire.AppendString(b, t.Description)
 		}
 		b = append(b, `,"parameters":`...)
 		b = appendHTMLEscaped(b, compact.Bytes())
@@ -357,71 +358,6 @@ func appendFloat32(b []byte, f float32) []byte {
 		}
 	}
 	return b
-}
-
-// jsonSafe marks the ASCII bytes encoding/json writes unescaped when it
-// escapes HTML: printable, not '"', '\\', '<', '>' or '&'.
-var jsonSafe = func() (t [utf8.RuneSelf]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
-	}
-	return t
-}()
-
-// appendString appends s as a JSON string exactly as encoding/json does
-// with HTML escaping: invalid UTF-8 becomes U+FFFD, U+2028 and U+2029 are
-// escaped.
-func appendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if jsonSafe[c] {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
 
 // requestBuffer is the encoded body of one call, in a pooled buffer shared

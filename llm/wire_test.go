@@ -83,19 +83,6 @@ func TestWireBytes(t *testing.T) {
 	}
 }
 
-// FuzzWireString checks the string encoder against encoding/json.
-func FuzzWireString(f *testing.F) {
-	for _, s := range []string{"", "plain", "<>&", "\u2028\u2029", "\xff\xfe", "\x00\x1f\x7f", "é日本\"\\"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		want, _ := json.Marshal(s)
-		if got := appendString(nil, s); !bytes.Equal(got, want) {
-			t.Fatalf("appendString(%q) = %s, want %s", s, got, want)
-		}
-	})
-}
-
 func TestToolSetErrors(t *testing.T) {
 	for _, tc := range []struct {
 		tools []Tool

@@ -29,6 +29,8 @@ import (
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/switchboard-chat/switchboard/internal/jsonwire"
 )
 
 // maxBody bounds a request body.
@@ -380,7 +382,7 @@ func (h *Handler) serveModels(w http.ResponseWriter) {
 			b = append(b, ',')
 		}
 		b = append(b, `{"id":`...)
-		b = appendString(b, id)
+		b = jsonwire.AppendString(b, id)
 		b = append(b, `,"object":"model","created":1700000000,"owned_by":"llmtest"}`...)
 	}
 	b = append(b, "]}"...)
@@ -541,14 +543,14 @@ func writeRaw(w http.ResponseWriter, status int, body []byte) {
 // appendErrorEnvelope appends {"error":{"message":..,"type":..,"param":null,"code":..}}.
 func appendErrorEnvelope(b []byte, typ, code, message string) []byte {
 	b = append(b, `{"error":{"message":`...)
-	b = appendString(b, message)
+	b = jsonwire.AppendString(b, message)
 	b = append(b, `,"type":`...)
-	b = appendString(b, typ)
+	b = jsonwire.AppendString(b, typ)
 	b = append(b, `,"param":null,"code":`...)
 	if code == "" {
 		b = append(b, "null"...)
 	} else {
-		b = appendString(b, code)
+		b = jsonwire.AppendString(b, code)
 	}
 	return append(b, "}}"...)
 }

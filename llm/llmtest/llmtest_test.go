@@ -642,25 +642,6 @@ func TestTextPieces(t *testing.T) {
 	}
 }
 
-func FuzzAppendString(f *testing.F) {
-	for _, s := range []string{"", "plain", "quote\" back\\slash", "nl\n\r\t", "\x00\x1f\x7f", "ünï ✓ 😀", "bad\xffutf8\xc3", "\u2028<>&"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		b := appendString(nil, s)
-		var got string
-		if err := json.Unmarshal(b, &got); err != nil {
-			t.Fatalf("appendString(%q) = %s: invalid JSON: %v", s, b, err)
-		}
-		if want := strings.ToValidUTF8(s, "\uFFFD"); got != want && utf8.ValidString(s) {
-			t.Fatalf("round trip of %q = %q", s, got)
-		}
-		if !utf8.ValidString(s) && !utf8.ValidString(got) {
-			t.Fatalf("round trip of invalid %q is invalid: %q", s, got)
-		}
-	})
-}
-
 func TestAppendID(t *testing.T) {
 	a := string(appendID(nil, 0xdeadbeef, 1, 0))
 	b := string(appendID(nil, 0xdeadbeef, 1, 1))

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/switchboard-chat/switchboard/internal/jsonwire"
 )
 
 // reply answers req with rep: an HTTP error or an SSE stream.
@@ -211,7 +213,7 @@ func (s *stream) appendPrefix(b []byte, req *Request) []byte {
 	b = append(b, `","object":"chat.completion.chunk","created":`...)
 	b = strconv.AppendInt(b, time.Now().Unix(), 10)
 	b = append(b, `,"model":`...)
-	b = appendString(b, req.Body.Model)
+	b = jsonwire.AppendString(b, req.Body.Model)
 	return append(b, `,"choices":[`...)
 }
 
@@ -220,14 +222,14 @@ func (s *stream) content(req *Request, rep *Reply, size int) bool {
 	for p := range textPieces(rep.Reasoning, size) {
 		b := s.field(s.openChunk())
 		b = append(b, `"reasoning_content":`...)
-		if !s.closeChunk(appendString(b, p), "") {
+		if !s.closeChunk(jsonwire.AppendString(b, p), "") {
 			return false
 		}
 	}
 	for p := range textPieces(rep.Text, size) {
 		b := s.field(s.openChunk())
 		b = append(b, `"content":`...)
-		if !s.closeChunk(appendString(b, p), "") {
+		if !s.closeChunk(jsonwire.AppendString(b, p), "") {
 			return false
 		}
 	}
@@ -280,14 +282,14 @@ func (s *stream) toolStart(req *Request, rep *Reply, i int) bool {
 	b = strconv.AppendInt(b, int64(i), 10)
 	b = append(b, `,"id":`...)
 	if tc.ID != "" {
-		b = appendString(b, tc.ID)
+		b = jsonwire.AppendString(b, tc.ID)
 	} else {
 		b = append(b, `"call_`...)
 		b = appendID(b, s.h.idSalt, req.Seq, i+1)
 		b = append(b, '"')
 	}
 	b = append(b, `,"type":"function","function":{"name":`...)
-	b = appendString(b, tc.Name)
+	b = jsonwire.AppendString(b, tc.Name)
 	b = append(b, `,"arguments":""}}]`...)
 	return s.closeChunk(b, "")
 }
@@ -297,7 +299,7 @@ func (s *stream) toolArgs(i int, frag string) bool {
 	b = append(b, `"tool_calls":[{"index":`...)
 	b = strconv.AppendInt(b, int64(i), 10)
 	b = append(b, `,"function":{"arguments":`...)
-	b = appendString(b, frag)
+	b = jsonwire.AppendString(b, frag)
 	b = append(b, "}}]"...)
 	return s.closeChunk(b, "")
 }
@@ -356,7 +358,7 @@ func (s *stream) closeChunk(b []byte, finish string) bool {
 	if finish == "" {
 		b = append(b, "null"...)
 	} else {
-		b = appendString(b, finish)
+		b = jsonwire.AppendString(b, finish)
 	}
 	b = append(b, "}]}\n\n"...)
 	s.buf = b
@@ -432,47 +434,4 @@ func appendID(b []byte, salt uint32, seq, n int) []byte {
 		salt >>= 4
 	}
 	return append(b, d[:]...)
-}
-
-// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD.
-func appendString(b []byte, s string) []byte {
-	const hexdigits = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexdigits[c>>4], hexdigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
