@@ -271,7 +271,11 @@ func TestDocWalkthroughIsolation(t *testing.T) {
 		t.Fatalf("§15.2 sh blocks changed; update the test:\n%q", blocks)
 	}
 	model := llmtest.NewServer(t, llmtest.WithResponder(llmtest.EchoResponder))
-	d := startAuthDaemon(t, bridgeConfig(t, model.URL()))
+	cfg := bridgeConfig(t, model.URL())
+	// The doc shows typing, then the final: a reply slow enough on a busy
+	// machine to stream a delta first would make "--count 2" stop short.
+	cfg.Agent.DeltaInterval = time.Minute
+	d := startAuthDaemon(t, cfg)
 	cli := newNatsCLI(t, d.bus.ClientURL(), "WECHAT_BRIDGE_TOKEN="+testWechatToken)
 	seen := bustest.Collect(t, d.admin, "chat.out.wechat.>")
 
