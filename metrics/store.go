@@ -5,8 +5,19 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/memory"
-	"github.com/switchboard-chat/switchboard/memory/boltstore"
 )
+
+// History is a history store with the optional capabilities the agent and
+// the daemon look for. Both the bbolt store (memory/boltstore) and the
+// JetStream store (memory/jsstore) are one.
+type History interface {
+	memory.Store
+	memory.Compactor
+	memory.SummaryWriter
+	memory.ReceiptPruner
+	memory.SessionPruner
+	memory.SessionResetter
+}
 
 // Store wraps the history store so that every commit is timed
 // (switchboard_store_commit_duration_seconds, switchboard_store_commits_in_flight)
@@ -15,11 +26,11 @@ import (
 // per interval however many messages it hits. Answers about the data
 // (a duplicate, an invalid record) are neither counted nor logged.
 //
-// Embedding the bbolt store keeps its other capabilities (compaction,
-// summaries, pruning, reset) visible to the agent, which asks for them by
-// interface. Store is safe for concurrent use if its parts are.
+// Embedding the [History] keeps the store's other capabilities
+// (compaction, summaries, pruning, reset) visible to the agent, which asks
+// for them by interface. Store is safe for concurrent use if its parts are.
 type Store struct {
-	*boltstore.Store
+	History
 	// M receives the measurements (required).
 	M *Metrics
 	// Fails logs the failures (required; see [memory.FailureLog]).
@@ -38,7 +49,7 @@ func (s Store) CommitTurn(ctx context.Context, rec memory.TurnRecord) error {
 	start := time.Now()
 	err := s.injected("commit")
 	if err == nil {
-		err = s.Store.CommitTurn(ctx, rec)
+		err = s.History.CommitTurn(ctx, rec)
 	}
 	s.M.Commit(start)
 	return s.failed("commit", err)
@@ -48,7 +59,7 @@ func (s Store) CommitTurn(ctx context.Context, rec memory.TurnRecord) error {
 func (s Store) MarkPublished(ctx context.Context, key string) error {
 	err := s.injected("mark_published")
 	if err == nil {
-		err = s.Store.MarkPublished(ctx, key)
+		err = s.History.MarkPublished(ctx, key)
 	}
 	return s.failed("mark_published", err)
 }

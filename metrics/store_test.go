@@ -12,8 +12,15 @@ import (
 
 	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/memory/boltstore"
+	"github.com/switchboard-chat/switchboard/memory/jsstore"
 	"github.com/switchboard-chat/switchboard/memory/memtest"
 	"github.com/switchboard-chat/switchboard/metrics"
+)
+
+// Both history stores can be wrapped (memory.store: bolt or jetstream).
+var (
+	_ metrics.History = (*boltstore.Store)(nil)
+	_ metrics.History = (*jsstore.Store)(nil)
 )
 
 func scrape(t *testing.T, m *metrics.Metrics) string {
@@ -37,7 +44,7 @@ func TestStoreMeasuresAndFails(t *testing.T) {
 	m := metrics.New()
 	var logs bytes.Buffer
 	failing := false
-	s := metrics.Store{Store: bolt, M: m, Fails: &memory.FailureLog{Log: slog.New(slog.NewTextHandler(&logs, nil))},
+	s := metrics.Store{History: bolt, M: m, Fails: &memory.FailureLog{Log: slog.New(slog.NewTextHandler(&logs, nil))},
 		Fault: func(op string) error {
 			if failing {
 				return errors.New("write history.db: no space left on device (injected " + op + ")")

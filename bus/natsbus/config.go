@@ -36,6 +36,14 @@ type Config struct {
 	// (docs/bus-protocol.md §5). At least 1s; 0 means [DefaultOutRetention].
 	// An existing stream is updated at start.
 	OutRetention time.Duration `yaml:"out_retention"`
+	// Replicas is how many JetStream servers hold a copy of every stream
+	// the daemon creates (CHAT_IN, CHAT_OUT, CHAT_DLQ and, with
+	// memory.store jetstream, the history stream): 1 to [MaxReplicas],
+	// default 1; 3 on a 3-node cluster. More than 1 needs bus.url pointing
+	// at a JetStream cluster with at least that many servers (the embedded
+	// server is one node). An existing stream is updated to it at start
+	// where NATS allows, else the daemon says which stream and why.
+	Replicas int `yaml:"replicas"`
 	// Bridges declares the external bridges by name (YAML
 	// "bus.bridges.<name>"): on the embedded server each bridge
 	// authenticates with its own credentials and may touch only its
@@ -95,12 +103,15 @@ const (
 	MaxMsgsPerSecLimit = 100_000
 )
 
+// MaxReplicas bounds bus.replicas (JetStream's own limit).
+const MaxReplicas = 5
+
 // DefaultOutRetention is bus.out_retention when it is not set.
 const DefaultOutRetention = 24 * time.Hour
 
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
-	return Config{Listen: "127.0.0.1:4222", SubjectPrefix: "chat", MaxTextBytes: 65536, OutRetention: DefaultOutRetention}
+	return Config{Listen: "127.0.0.1:4222", SubjectPrefix: "chat", MaxTextBytes: 65536, OutRetention: DefaultOutRetention, Replicas: 1}
 }
 
 // OutRetentionOrDefault returns OutRetention, or [DefaultOutRetention] when
@@ -134,6 +145,12 @@ func (c Config) Validate() error {
 	}
 	if c.OutRetention != 0 && c.OutRetention < time.Second {
 		errs = append(errs, fmt.Errorf("bus.out_retention: must be at least 1s (how long CHAT_OUT keeps and de-duplicates outbound messages; default %s), got %s", DefaultOutRetention, c.OutRetention))
+	}
+	switch {
+	case c.Replicas < 1 || c.Replicas > MaxReplicas:
+		errs = append(errs, fmt.Errorf("bus.replicas: must be between 1 and %d (copies of each stream; 3 on a 3-node cluster), got %d", MaxReplicas, c.Replicas))
+	case c.Replicas > 1 && c.URL == "":
+		errs = append(errs, fmt.Errorf("bus.replicas: %d needs a NATS cluster of at least %d JetStream servers (set bus.url); the embedded server is a single node, so use 1", c.Replicas, c.Replicas))
 	}
 	errs = append(errs, c.validateBridges()...)
 	return errors.Join(errs...)

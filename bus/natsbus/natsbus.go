@@ -85,6 +85,7 @@ type Bus struct {
 	recreated atomic.Bool // the embedded consumer was recreated by Consume
 
 	outRetention time.Duration // bus.out_retention: CHAT_OUT's MaxAge and Duplicates
+	replicas     int           // bus.replicas: every stream's Replicas
 }
 
 // Open validates cfg and connects the bus. With cfg.URL empty it starts the
@@ -120,6 +121,7 @@ func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*
 		connClosed: make(chan struct{}),
 	}
 	b.outRetention = cfg.OutRetentionOrDefault()
+	b.replicas = cfg.Replicas
 	opts := []nats.Option{
 		nats.DrainTimeout(drainTimeout),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {

@@ -222,7 +222,7 @@ func TestOpenRejectsBadInput(t *testing.T) {
 		{"bad port", natsbus.Config{SubjectPrefix: "chat", MaxTextBytes: 10, Listen: "127.0.0.1:http"}, "x",
 			[]string{"bus.listen", "port"}},
 		{"embedded without store", inProcessConfig(), "", []string{"store directory"}},
-		{"external unreachable", natsbus.Config{URL: "nats://" + closedPort(), SubjectPrefix: "chat", MaxTextBytes: 10}, "",
+		{"external unreachable", natsbus.Config{URL: "nats://" + closedPort(), SubjectPrefix: "chat", MaxTextBytes: 10, Replicas: 1}, "",
 			[]string{"connect"}},
 	}
 	for _, tt := range tests {

@@ -2,6 +2,7 @@ package natsbus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -57,10 +58,10 @@ func StreamsFor(prefix string) Streams {
 }
 
 // StreamConfigs returns the configurations of the in, out and dlq streams
-// for a subject prefix with the default outbound retention
-// ([StreamConfigsWith] with [DefaultOutRetention]).
+// for a subject prefix with the default outbound retention and one replica
+// ([StreamConfigsWith] with [DefaultOutRetention] and 1).
 func StreamConfigs(prefix string) []jetstream.StreamConfig {
-	return StreamConfigsWith(prefix, DefaultOutRetention)
+	return StreamConfigsWith(prefix, DefaultOutRetention, 1)
 }
 
 // StreamConfigsWith returns the configurations of the in, out and dlq
@@ -71,9 +72,13 @@ func StreamConfigs(prefix string) []jetstream.StreamConfig {
 // stream keeps a message for outRetention (bus.out_retention; 0 means
 // [DefaultOutRetention]) and de-duplicates over the same span, so a final
 // answer re-published with the same Nats-Msg-Id is never stored twice.
-func StreamConfigsWith(prefix string, outRetention time.Duration) []jetstream.StreamConfig {
+// Each stream has replicas copies (bus.replicas; 0 means 1).
+func StreamConfigsWith(prefix string, outRetention time.Duration, replicas int) []jetstream.StreamConfig {
 	if outRetention <= 0 {
 		outRetention = DefaultOutRetention
+	}
+	if replicas <= 0 {
+		replicas = 1
 	}
 	subj := bus.Subjects{Prefix: prefix}
 	names := StreamsFor(prefix)
@@ -89,6 +94,7 @@ func StreamConfigsWith(prefix string, outRetention time.Duration) []jetstream.St
 			MaxMsgsPerSubject:    InMaxMsgsPerSubject,
 			MaxBytes:             InMaxBytes,
 			Duplicates:           DuplicateWindow,
+			Replicas:             replicas,
 		},
 		{
 			Name:              names.Out,
@@ -100,6 +106,7 @@ func StreamConfigsWith(prefix string, outRetention time.Duration) []jetstream.St
 			MaxAge:            outRetention,
 			MaxMsgsPerSubject: OutMaxMsgsPerSubject,
 			Duplicates:        outRetention,
+			Replicas:          replicas,
 		},
 		{
 			Name:              names.DLQ,
@@ -112,18 +119,19 @@ func StreamConfigsWith(prefix string, outRetention time.Duration) []jetstream.St
 			MaxMsgs:           DLQMaxMsgs,
 			MaxMsgsPerSubject: DLQMaxMsgsPerSubject,
 			Duplicates:        DuplicateWindow,
+			Replicas:          replicas,
 		},
 	}
 }
 
 // ensureStreams creates the streams or updates them to the current
 // configuration (an existing CHAT_OUT gets the configured retention and
-// de-duplication window; a change is logged). The streams are independent:
+// de-duplication window, every stream bus.replicas; a change is logged). The streams are independent:
 // they are ensured concurrently (the server creates each one's store, so
 // the start-up waits for the slowest, not for the three in a row).
 func (b *Bus) ensureStreams(ctx context.Context) error {
 	var g errgroup.Group
-	for _, cfg := range StreamConfigsWith(b.subj.Prefix, b.outRetention) {
+	for _, cfg := range StreamConfigsWith(b.subj.Prefix, b.outRetention, b.replicas) {
 		g.Go(func() error { return b.ensureStream(ctx, cfg) })
 	}
 	return g.Wait()
@@ -137,11 +145,43 @@ func (b *Bus) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) erro
 		before = &c
 	}
 	if _, err := b.js.CreateOrUpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+		return fmt.Errorf("ensure stream %s: %w", cfg.Name, explainReplicas(err, cfg.Replicas))
 	}
-	if before != nil && (before.MaxAge != cfg.MaxAge || before.Duplicates != cfg.Duplicates) {
+	if before != nil && (before.MaxAge != cfg.MaxAge || before.Duplicates != cfg.Duplicates || before.Replicas != cfg.Replicas) {
 		b.log.Info("stream updated", "stream", cfg.Name, "max_age", cfg.MaxAge, "was_max_age", before.MaxAge,
-			"duplicate_window", cfg.Duplicates, "was_duplicate_window", before.Duplicates)
+			"duplicate_window", cfg.Duplicates, "was_duplicate_window", before.Duplicates,
+			"replicas", cfg.Replicas, "was_replicas", before.Replicas)
 	}
 	return nil
+}
+
+// JetStream API error codes that concern the number of replicas.
+const (
+	errCodeNoPeers               = 10005 // no suitable peers for placement
+	errCodeInsufficientResources = 10023
+	errCodeReplicasNotUpdatable  = 10061
+	errCodeReplicasNotSupported  = 10074 // replicas > 1 in non-clustered mode
+)
+
+// explainReplicas adds to a JetStream error from creating or updating a
+// stream with the given replicas (bus.replicas) what the operator can do
+// about it, when the error is about replicas; other errors are returned
+// as they are. The result wraps err.
+func explainReplicas(err error, replicas int) error {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return err
+	}
+	switch apiErr.ErrorCode {
+	case errCodeReplicasNotSupported:
+		return fmt.Errorf("bus.replicas is %d but the NATS server is not part of a JetStream cluster (it keeps one copy only): "+
+			"set bus.replicas: 1, or point bus.url at a cluster of at least %d servers: %w", replicas, replicas, err)
+	case errCodeNoPeers, errCodeInsufficientResources:
+		return fmt.Errorf("bus.replicas is %d but the NATS cluster has fewer JetStream servers available for it "+
+			"(every replica needs its own server with room in its account's limits): lower bus.replicas or add servers: %w", replicas, err)
+	case errCodeReplicasNotUpdatable:
+		return fmt.Errorf("the server cannot change this stream's replicas to %d (bus.replicas): "+
+			"keep the stream's current replicas, or move its data to a new stream: %w", replicas, err)
+	}
+	return err
 }

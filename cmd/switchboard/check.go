@@ -17,6 +17,7 @@ import (
 	"github.com/switchboard-chat/switchboard/internal/health"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory/boltstore"
+	"github.com/switchboard-chat/switchboard/memory/memcfg"
 	"github.com/switchboard-chat/switchboard/tools/bash"
 	"github.com/switchboard-chat/switchboard/workspace"
 )
@@ -66,12 +67,16 @@ func runCheck(ctx context.Context, args []string, stdout io.Writer) int {
 	printResult(stdout, health.Result{Name: "config", Status: health.OK, Detail: *path + " is valid"})
 
 	one := func(r health.Result) []health.Result { return []health.Result{r} }
+	dataDir := boltstore.CheckDataDir // history.db is in data_dir with memory.store: bolt only
+	if cfg.Memory.Store != memcfg.StoreBolt {
+		dataDir = func(dir string) health.Result { return health.CheckDir("data dir", dir) }
+	}
 	checks := []func(context.Context) []health.Result{
 		func(ctx context.Context) []health.Result { return one(cfg.Bus.Check(ctx, cfg.DataDir)) },
 		func(context.Context) []health.Result { return one(cfg.Bus.CheckAuth(cfg.DataDir)) },
 		func(ctx context.Context) []health.Result { return one(admin.Check(ctx, cfg.Admin)) },
 		func(ctx context.Context) []health.Result { return llm.Probe(ctx, cfg.LLM, *path) },
-		func(context.Context) []health.Result { return one(boltstore.CheckDataDir(cfg.DataDir)) },
+		func(context.Context) []health.Result { return one(dataDir(cfg.DataDir)) },
 		func(context.Context) []health.Result { return one(workspace.Check(cfg.Agent.Workspace)) },
 		func(ctx context.Context) []health.Result { return one(telegram.Check(ctx, cfg.Channels.Telegram, nil)) },
 		func(ctx context.Context) []health.Result { return one(slack.Check(ctx, cfg.Channels.Slack, nil)) },

@@ -366,3 +366,24 @@ func TestCheckDefaultConfigPath(t *testing.T) {
 	}
 	wantLine(t, out.String(), "config", "OK", "./config.yaml is valid")
 }
+
+// TestCheckDataDirByStore: a data_dir whose history.db is not a bbolt file
+// fails the check with memory.store: bolt, and is no problem with
+// memory.store: jetstream, where history is on the bus (the folder must
+// still be writable).
+func TestCheckDataDirByStore(t *testing.T) {
+	dataDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dataDir, "history.db"), []byte("not a bbolt file"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ns := runNATS(t, true)
+	env := checkEnv{dataDir: dataDir, busURL: ns.ClientURL()}
+	_, out := runCheckFile(t, env.yaml(t))
+	wantLine(t, out, "data dir", "FAIL", "history.db cannot be opened")
+
+	_, out = runCheckFile(t, env.yaml(t)+"memory:\n  store: jetstream\n")
+	wantLine(t, out, "data dir", "OK", dataDir+" is writable")
+	if strings.Contains(line(t, out, "data dir"), "history.db") {
+		t.Fatalf("with memory.store: jetstream the check reports on history.db:\n%s", out)
+	}
+}

@@ -70,6 +70,7 @@ func TestParseConfigTestdata(t *testing.T) {
 			c.Bus.SubjectPrefix = "acme.chat"
 			c.Bus.MaxTextBytes = 1024
 			c.Bus.OutRetention = 6 * time.Hour
+			c.Bus.Replicas = 3
 			c.LLM.BaseURL = "http://localhost:11434/v1"
 			c.LLM.APIKey = "sk-test"
 			c.LLM.Model = "llama3.1"
@@ -110,7 +111,7 @@ func TestParseConfigTestdata(t *testing.T) {
 				Description: "Finds facts.", PromptFile: "agents/researcher.md", Tools: []string{"read_file", "list_dir"},
 				MaxSteps: 4, Model: "small-model", Timeout: 90 * time.Second,
 			}}
-			c.Memory = memcfg.Config{Scope: "shared", Retention: 30, Consolidate: "03:15", EmbeddingModel: "text-embedding-3-small",
+			c.Memory = memcfg.Config{Store: "jetstream", Scope: "shared", Retention: 30, Consolidate: "03:15", EmbeddingModel: "text-embedding-3-small",
 				EmbeddingBaseURL: "http://embed:8080/v1", EmbeddingAPIKey: "ek-test", IndexInterval: 5 * time.Minute}
 			c.Admin.Listen = "0.0.0.0:19090"
 			c.Channels.OpenAI = &openaich.Config{Listen: "0.0.0.0:18088",
@@ -168,12 +169,14 @@ func TestParseConfigTestdata(t *testing.T) {
 			`bus.listen: must be host:port, got "localhost"`,
 			`bus.subject_prefix: must be dot-separated tokens`,
 			"bus.max_text_bytes: must be between 1 and 4194304, got 0",
+			"bus.replicas: 3 needs a NATS cluster of at least 3 JetStream servers (set bus.url); the embedded server is a single node, so use 1",
 			`llm.base_url: must be an http(s) URL`,
 			"llm.model: must not be empty",
 			"llm.temperature: must be between 0 and 2, got 3",
 			"agent.workspace: must not be empty",
 			"agent.max_steps: must be between 1 and 1000, got 0",
 			"agent.session_idle: must be at least 1s, got 10ms",
+			`memory.store: must be bolt or jetstream, got "sqlite"`,
 			`admin.listen: must be host:port such as 127.0.0.1:9090, or empty to disable, got "9090"`,
 		}},
 		{file: "invalid_port_clash.yaml", wantErrs: []string{

@@ -20,7 +20,10 @@ import (
 	"github.com/switchboard-chat/switchboard/bus/bustest"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/memory/boltstore"
+	"github.com/switchboard-chat/switchboard/memory/jsstore"
+	"github.com/switchboard-chat/switchboard/memory/memcfg"
 )
 
 const wait = 20 * time.Second
@@ -46,6 +49,22 @@ func testConfig(t testing.TB, llmURL string) Config {
 	cfg.LLM.APIKey = "test-key"
 	cfg.LLM.Model = "test-model"
 	cfg.LLM.MaxRetries = 0
+	return cfg
+}
+
+// eachStore runs test once per history store (memory.store), as subtests
+// "bolt" and "jetstream": a single instance on jetstream must pass what
+// passes on bolt (issue 17).
+func eachStore(t *testing.T, test func(t *testing.T, store string)) {
+	for _, store := range []string{memcfg.StoreBolt, memcfg.StoreJetStream} {
+		t.Run(store, func(t *testing.T) { test(t, store) })
+	}
+}
+
+// storeConfig is testConfig with history in store (memory.store).
+func storeConfig(t testing.TB, llmURL, store string) Config {
+	cfg := testConfig(t, llmURL)
+	cfg.Memory.Store = store
 	return cfg
 }
 
@@ -145,10 +164,12 @@ func countFinals(outs []bus.Outbound, id string) int {
 	return n
 }
 
-func TestE2EPlainReply(t *testing.T) {
+func TestE2EPlainReply(t *testing.T) { eachStore(t, testE2EPlainReply) }
+
+func testE2EPlainReply(t *testing.T, store string) {
 	model := llmtest.NewServer(t)
 	model.Enqueue(llmtest.TextReply("Hello, Ann!"))
-	d := startDaemon(t, testConfig(t, model.URL()))
+	d := startDaemon(t, storeConfig(t, model.URL(), store))
 	out := d.collectOut(t, "c1")
 	d.send(t, "c1", "m1", "hi")
 	got := out.WaitOutbound(t, wait, finalFor("m1"))
@@ -170,13 +191,15 @@ func TestE2EPlainReply(t *testing.T) {
 	}
 }
 
-func TestE2EToolRoundTrip(t *testing.T) {
+func TestE2EToolRoundTrip(t *testing.T) { eachStore(t, testE2EToolRoundTrip) }
+
+func testE2EToolRoundTrip(t *testing.T, store string) {
 	model := llmtest.NewServer(t)
 	model.Enqueue(
 		llmtest.Reply{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "write_file", Arguments: `{"path":"notes/todo.txt","content":"buy milk"}`}}, ChunkSize: 7},
 		llmtest.TextReply("Saved your note."),
 	)
-	cfg := testConfig(t, model.URL())
+	cfg := storeConfig(t, model.URL(), store)
 	d := startDaemon(t, cfg)
 	out := d.collectOut(t, "c1")
 	d.send(t, "c1", "m1", "note: buy milk")
@@ -199,10 +222,12 @@ func TestE2EToolRoundTrip(t *testing.T) {
 	}
 }
 
-func TestE2EStreamingDeltas(t *testing.T) {
+func TestE2EStreamingDeltas(t *testing.T) { eachStore(t, testE2EStreamingDeltas) }
+
+func testE2EStreamingDeltas(t *testing.T, store string) {
 	model := llmtest.NewServer(t)
 	model.Enqueue(llmtest.Reply{Text: "one two three four five six", ChunkSize: 4, ChunkDelay: 30 * time.Millisecond})
-	d := startDaemon(t, testConfig(t, model.URL()))
+	d := startDaemon(t, storeConfig(t, model.URL(), store))
 	out := d.collectOut(t, "c1")
 	d.send(t, "c1", "m1", "count")
 	final := out.WaitOutbound(t, wait, finalFor("m1"))
@@ -227,10 +252,12 @@ func TestE2EStreamingDeltas(t *testing.T) {
 	}
 }
 
-func TestE2EPromptEditTakesEffect(t *testing.T) {
+func TestE2EPromptEditTakesEffect(t *testing.T) { eachStore(t, testE2EPromptEditTakesEffect) }
+
+func testE2EPromptEditTakesEffect(t *testing.T, store string) {
 	model := llmtest.NewServer(t)
 	model.Enqueue(llmtest.TextReply("a"), llmtest.TextReply("b"))
-	cfg := testConfig(t, model.URL())
+	cfg := storeConfig(t, model.URL(), store)
 	d := startDaemon(t, cfg)
 	out := d.collectOut(t, "c1")
 	d.send(t, "c1", "m1", "one")
@@ -246,10 +273,12 @@ func TestE2EPromptEditTakesEffect(t *testing.T) {
 	}
 }
 
-func TestE2EPersistenceAcrossRestart(t *testing.T) {
+func TestE2EPersistenceAcrossRestart(t *testing.T) { eachStore(t, testE2EPersistenceAcrossRestart) }
+
+func testE2EPersistenceAcrossRestart(t *testing.T, store string) {
 	model := llmtest.NewServer(t)
 	model.Enqueue(llmtest.TextReply("Noted: 42."), llmtest.TextReply("It was 42."))
-	cfg := testConfig(t, model.URL())
+	cfg := storeConfig(t, model.URL(), store)
 	d := startDaemon(t, cfg)
 	out := d.collectOut(t, "c1")
 	d.send(t, "c1", "m1", "remember 42")
@@ -269,12 +298,19 @@ func TestE2EPersistenceAcrossRestart(t *testing.T) {
 	if strings.Join(roles, ",") != "user,assistant,user" || texts[0] != "remember 42" || texts[1] != "Noted: 42." {
 		t.Fatalf("history after restart: %v %q", roles, texts)
 	}
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, "history.db")); (err == nil) != (store == memcfg.StoreBolt) {
+		t.Fatalf("memory.store %s: history.db: %v", store, err)
+	}
 }
 
 func TestE2EDuplicateInboundAnsweredOnce(t *testing.T) {
+	eachStore(t, testE2EDuplicateInboundAnsweredOnce)
+}
+
+func testE2EDuplicateInboundAnsweredOnce(t *testing.T, store string) {
 	model := llmtest.NewServer(t)
 	model.Enqueue(llmtest.TextReply("first"), llmtest.TextReply("second"))
-	d := startDaemon(t, testConfig(t, model.URL()))
+	d := startDaemon(t, storeConfig(t, model.URL(), store))
 	out := d.collectOut(t, "c1")
 	in := d.send(t, "c1", "m1", "hello")
 	out.WaitOutbound(t, wait, finalFor("m1"))
@@ -340,12 +376,14 @@ func TestE2EInvalidEnvelopesGoToDLQ(t *testing.T) {
 	}
 }
 
-func TestE2EStopCancelsRunningTurn(t *testing.T) {
+func TestE2EStopCancelsRunningTurn(t *testing.T) { eachStore(t, testE2EStopCancelsRunningTurn) }
+
+func testE2EStopCancelsRunningTurn(t *testing.T, store string) {
 	model := llmtest.NewServer(t)
 	block := make(chan struct{})
 	t.Cleanup(func() { close(block) })
 	model.Enqueue(llmtest.Reply{Text: "never", Block: block}, llmtest.TextReply("after stop"))
-	d := startDaemon(t, testConfig(t, model.URL()))
+	d := startDaemon(t, storeConfig(t, model.URL(), store))
 	out := d.collectOut(t, "c1")
 	d.send(t, "c1", "m1", "a long task")
 	model.WaitRequests(t, 1, wait)
@@ -370,10 +408,12 @@ func TestE2EStopCancelsRunningTurn(t *testing.T) {
 	}
 }
 
-func TestE2ECommands(t *testing.T) {
+func TestE2ECommands(t *testing.T) { eachStore(t, testE2ECommands) }
+
+func testE2ECommands(t *testing.T, store string) {
 	model := llmtest.NewServer(t)
 	model.Enqueue(llmtest.TextReply("r1"), llmtest.TextReply("r2"))
-	d := startDaemon(t, testConfig(t, model.URL()))
+	d := startDaemon(t, storeConfig(t, model.URL(), store))
 	out := d.collectOut(t, "c1")
 	d.send(t, "c1", "m1", "first")
 	out.WaitOutbound(t, wait, finalFor("m1"))
@@ -410,10 +450,12 @@ func TestE2ENotConfiguredExplainsHowToConfigure(t *testing.T) {
 }
 
 // TestE2EHistoryHasNoDuplicates checks the stored history directly.
-func TestE2EHistoryHasNoDuplicates(t *testing.T) {
+func TestE2EHistoryHasNoDuplicates(t *testing.T) { eachStore(t, testE2EHistoryHasNoDuplicates) }
+
+func testE2EHistoryHasNoDuplicates(t *testing.T, store string) {
 	model := llmtest.NewServer(t)
 	model.Enqueue(llmtest.TextReply("one"), llmtest.TextReply("two"))
-	cfg := testConfig(t, model.URL())
+	cfg := storeConfig(t, model.URL(), store)
 	d := startDaemon(t, cfg)
 	out := d.collectOut(t, "c1")
 	in := d.send(t, "c1", "m1", "hello")
@@ -429,15 +471,38 @@ func TestE2EHistoryHasNoDuplicates(t *testing.T) {
 	assertHistoryOnce(t, cfg, "console/c1", "console:m1")
 }
 
-// assertHistoryOnce opens the history file and checks the inbound message
-// is stored exactly once.
+// assertHistoryOnce opens the stopped daemon's history (data_dir/history.db,
+// or with memory.store: jetstream its stream, on the embedded server
+// started again on data_dir) and checks the inbound message is stored
+// exactly once, with its receipt.
 func assertHistoryOnce(t *testing.T, cfg Config, session, key string) {
 	t.Helper()
-	st, err := boltstore.Open(filepath.Join(cfg.DataDir, "history.db"), boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
+	var st memory.Store
+	if cfg.Memory.Store == memcfg.StoreJetStream {
+		busCfg := cfg.Bus
+		busCfg.Listen = ""
+		b, err := natsbus.Open(t.Context(), busCfg, filepath.Join(cfg.DataDir, "jetstream"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		js, err := jsstore.Open(t.Context(), b.Conn(), jsstore.Options{Prefix: "chat"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer js.Close()
+		if info, err := js.StreamInfo(t.Context()); err != nil || info.Config.Name != "CHAT_HISTORY" {
+			t.Fatalf("history stream: %v, %v", info, err)
+		}
+		st = js
+	} else {
+		bolt, err := boltstore.Open(filepath.Join(cfg.DataDir, "history.db"), boltstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer bolt.Close()
+		st = bolt
 	}
-	defer st.Close()
 	snap, err := st.Load(context.Background(), session, 1000)
 	if err != nil {
 		t.Fatal(err)
@@ -481,13 +546,15 @@ func metricValue(body, prefix string) float64 {
 	return 0
 }
 
-func TestE2EMetricsMove(t *testing.T) {
+func TestE2EMetricsMove(t *testing.T) { eachStore(t, testE2EMetricsMove) }
+
+func testE2EMetricsMove(t *testing.T, store string) {
 	model := llmtest.NewServer(t)
 	model.Enqueue(
 		llmtest.Reply{ToolCalls: []llmtest.ToolCall{{ID: "c1", Name: "list_dir", Arguments: `{}`}}},
 		llmtest.TextReply("done"),
 	)
-	d := startDaemon(t, testConfig(t, model.URL()))
+	d := startDaemon(t, storeConfig(t, model.URL(), store))
 	before := scrape(t, d)
 	out := d.collectOut(t, "c1")
 	d.send(t, "c1", "m1", "list")

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -19,7 +20,9 @@ import (
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/memory/boltstore"
+	"github.com/switchboard-chat/switchboard/memory/jsstore"
 	"github.com/switchboard-chat/switchboard/memory/longterm"
+	"github.com/switchboard-chat/switchboard/memory/memcfg"
 	"github.com/switchboard-chat/switchboard/metrics"
 	"github.com/switchboard-chat/switchboard/tools"
 	"github.com/switchboard-chat/switchboard/tools/toolset"
@@ -87,13 +90,15 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return fmt.Errorf("data_dir: %w", err)
 	}
-	bolt, err := boltstore.Open(filepath.Join(cfg.DataDir, "history.db"), boltstore.Options{})
-	if err != nil {
-		return err
+	var hist metrics.History // memory.store: bolt here, jetstream once the bus is up
+	if cfg.Memory.Store == memcfg.StoreBolt {
+		bolt, err := boltstore.Open(filepath.Join(cfg.DataDir, boltstore.FileName), boltstore.Options{})
+		if err != nil {
+			return err
+		}
+		defer bolt.Close()
+		hist = bolt
 	}
-	defer bolt.Close()
-	store := metrics.Store{Store: bolt, M: mx, Fails: &memory.FailureLog{Log: log}, Fault: testStoreFault}
-	adm.SetReady(compStore, nil)
 
 	busCfg, tokenPath, created, err := cfg.Bus.WithOperatorToken(cfg.DataDir)
 	if err != nil {
@@ -108,6 +113,16 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	}
 	defer b.Close()
 	adm.SetReady(compBus, b.Ready(ctx))
+	if cfg.Memory.Store == memcfg.StoreJetStream {
+		js, err := jsstore.Open(ctx, b.Conn(), jsstore.Options{Prefix: strings.ReplaceAll(cfg.Bus.SubjectPrefix, ".", "_"), Replicas: cfg.Bus.Replicas})
+		if err != nil {
+			return err
+		}
+		defer js.Close()
+		hist = js
+	}
+	store := metrics.Store{History: hist, M: mx, Fails: &memory.FailureLog{Log: log}, Fault: testStoreFault}
+	adm.SetReady(compStore, nil)
 
 	client, err := llm.Open(cfg.LLM, log)
 	if err != nil {
@@ -144,7 +159,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	g.Go(func() error { return built.Run(toolsCtx) })
 	g.Go(func() error { return mem.Run(toolsCtx) })
 	g.Go(func() error {
-		return boltstore.Pruner{Store: bolt, Retention: cfg.Memory.RetentionPeriod(), Log: log}.Run(gctx)
+		return memory.Pruner{Store: hist, Retention: cfg.Memory.RetentionPeriod(), Log: log}.Run(gctx)
 	})
 	mgr, err := agent.NewManager(cfg.Agent, agent.Options{
 		Subjects:        b.Subjects(),

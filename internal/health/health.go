@@ -108,6 +108,20 @@ func DirUsable(dir string) (created bool, err error) {
 	}
 }
 
+// CheckDir reports, as a `switchboard check` result named name, whether
+// dir can hold the daemon's files: it exists and is writable, or can be
+// created ([DirUsable]). It creates nothing.
+func CheckDir(name, dir string) Result {
+	created, err := DirUsable(dir)
+	switch {
+	case err != nil:
+		return Result{Name: name, Status: Fail, Detail: err.Error()}
+	case created:
+		return Result{Name: name, Status: OK, Detail: fmt.Sprintf("%s does not exist yet; it will be created", dir)}
+	}
+	return Result{Name: name, Status: OK, Detail: fmt.Sprintf("%s is writable", dir)}
+}
+
 // notExist reports whether a stat error means the path is absent, including
 // a path that runs through a regular file.
 func notExist(err error) bool {

@@ -67,3 +67,21 @@ func TestPlural(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckDir(t *testing.T) {
+	dir := t.TempDir()
+	if r := health.CheckDir("data dir", dir); r.Status != health.OK || r.Name != "data dir" || r.Detail != dir+" is writable" {
+		t.Errorf("existing dir: %+v", r)
+	}
+	missing := filepath.Join(dir, "a", "b")
+	if r := health.CheckDir("data dir", missing); r.Status != health.OK || r.Detail != missing+" does not exist yet; it will be created" {
+		t.Errorf("missing dir: %+v", r)
+	}
+	file := filepath.Join(dir, "f")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := health.CheckDir("data dir", file); r.Status != health.Fail || r.Detail != file+" is not a directory" {
+		t.Errorf("file: %+v", r)
+	}
+}

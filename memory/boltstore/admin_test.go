@@ -370,7 +370,7 @@ func TestRetentionPrunesReceipts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sessions, receipts, err := boltstore.Pruner{Store: s, Retention: 48 * time.Hour, Now: func() time.Time { return now }}.PruneOnce(ctx)
+	sessions, receipts, err := memory.Pruner{Store: s, Retention: 48 * time.Hour, Now: func() time.Time { return now }}.PruneOnce(ctx)
 	if err != nil || sessions != 0 || receipts != 2 {
 		t.Fatalf("PruneOnce = %d sessions, %d receipts, %v; want 0, 2, nil", sessions, receipts, err)
 	}
@@ -391,18 +391,18 @@ func TestPruner(t *testing.T) {
 		t.Fatal(err)
 	}
 	later := time.Now().Add(48 * time.Hour)
-	sessions, receipts, err := boltstore.Pruner{Store: s, Retention: 24 * time.Hour, Now: func() time.Time { return later }}.PruneOnce(ctx)
+	sessions, receipts, err := memory.Pruner{Store: s, Retention: 24 * time.Hour, Now: func() time.Time { return later }}.PruneOnce(ctx)
 	if err != nil || sessions != 1 || receipts != 1 {
 		t.Errorf("PruneOnce = %d, %d, %v; want 1 session and 1 receipt", sessions, receipts, err)
 	}
 
-	if err := (boltstore.Pruner{Store: s}).Run(ctx); err != nil {
+	if err := (memory.Pruner{Store: s}).Run(ctx); err != nil {
 		t.Errorf("Run with nothing to prune = %v, want nil at once", err)
 	}
-	if err := (boltstore.Pruner{}).Run(ctx); err == nil {
+	if err := (memory.Pruner{}).Run(ctx); err == nil {
 		t.Error("Run without a store succeeded")
 	}
-	if err := (boltstore.Pruner{Store: s, Retention: -1}).Run(ctx); err == nil {
+	if err := (memory.Pruner{Store: s, Retention: -1}).Run(ctx); err == nil {
 		t.Error("Run with a negative retention succeeded")
 	}
 
@@ -413,7 +413,7 @@ func TestPruner(t *testing.T) {
 	logged := make(chan slog.Record, 4)
 	done := make(chan error, 1)
 	go func() {
-		done <- boltstore.Pruner{Store: s, Retention: time.Hour, Interval: time.Hour, Now: func() time.Time { return later },
+		done <- memory.Pruner{Store: s, Retention: time.Hour, Interval: time.Hour, Now: func() time.Time { return later },
 			Log: slog.New(chanHandler(logged))}.Run(rctx)
 	}()
 	select {

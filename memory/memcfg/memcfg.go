@@ -23,6 +23,17 @@ const (
 	ScopeShared = "shared"
 )
 
+// History stores (memory.store).
+const (
+	// StoreBolt keeps history and receipts in data_dir/history.db (bbolt,
+	// memory/boltstore): one instance (the default).
+	StoreBolt = "bolt"
+	// StoreJetStream keeps them on a JetStream stream of the bus
+	// (memory/jsstore), replicated by bus.replicas, so that several
+	// instances on one NATS cluster share them.
+	StoreJetStream = "jetstream"
+)
+
 // Bounds of the settings.
 const (
 	// MaxRetentionDays bounds Retention (100 years).
@@ -34,6 +45,12 @@ const (
 // Config configures memory (YAML section "memory"). The zero value is not
 // valid; start from [DefaultConfig].
 type Config struct {
+	// Store is where conversation history and the de-duplication
+	// receipts are kept: "bolt" (data_dir/history.db, the default) or
+	// "jetstream" (a stream on the bus, "<PREFIX>_HISTORY", shared by
+	// every instance on the same NATS cluster and replicated by
+	// bus.replicas).
+	Store string `yaml:"store"`
 	// Scope is "user" (each user has memory/users/<channel>/<user>/ for
 	// direct chats, a group chat memory/chats/<channel>/<chat>/ and each
 	// member memory/chats/<channel>/<chat>/users/<user>/ in it) or
@@ -58,10 +75,11 @@ type Config struct {
 	IndexInterval time.Duration `yaml:"index_interval"`
 }
 
-// DefaultConfig returns the documented defaults: user scope, keep all
+// DefaultConfig returns the documented defaults: history in bbolt, user scope, keep all
 // history, no consolidation, keyword search only, rescan every minute.
 func DefaultConfig() Config {
 	return Config{
+		Store:         StoreBolt,
 		Scope:         ScopeUser,
 		IndexInterval: time.Minute,
 	}
@@ -71,6 +89,11 @@ func DefaultConfig() Config {
 // under "memory.".
 func (c Config) Validate() error {
 	var errs []error
+	switch c.Store {
+	case StoreBolt, StoreJetStream:
+	default:
+		errs = append(errs, fmt.Errorf("memory.store: must be %s or %s, got %q", StoreBolt, StoreJetStream, c.Store))
+	}
 	switch c.Scope {
 	case ScopeUser, ScopeShared:
 	default:

@@ -13,7 +13,7 @@ func TestDefaultIsValid(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("DefaultConfig().Validate() = %v", err)
 	}
-	if c.Scope != memcfg.ScopeUser || c.Retention != 0 || c.Consolidate != "" || c.EmbeddingModel != "" || c.IndexInterval != time.Minute {
+	if c.Store != memcfg.StoreBolt || c.Scope != memcfg.ScopeUser || c.Retention != 0 || c.Consolidate != "" || c.EmbeddingModel != "" || c.IndexInterval != time.Minute {
 		t.Errorf("DefaultConfig() = %+v", c)
 	}
 	if c.RetentionPeriod() != 0 {
@@ -33,9 +33,29 @@ func TestValidateNamesKeys(t *testing.T) {
 			t.Errorf("Validate() = %v, want a problem naming %s", err, want)
 		}
 	}
-	ok := memcfg.Config{Scope: memcfg.ScopeShared, Retention: 7, Consolidate: "00:00", EmbeddingBaseURL: "https://api.openai.com/v1", IndexInterval: time.Second}
+	ok := memcfg.Config{Store: memcfg.StoreJetStream, Scope: memcfg.ScopeShared, Retention: 7, Consolidate: "00:00", EmbeddingBaseURL: "https://api.openai.com/v1", IndexInterval: time.Second}
 	if err := ok.Validate(); err != nil {
 		t.Errorf("Validate(%+v) = %v", ok, err)
+	}
+}
+
+// TestValidateStore: memory.store is bolt or jetstream; anything else
+// (another case, a typo, empty) is refused with both choices listed.
+func TestValidateStore(t *testing.T) {
+	for _, ok := range []string{memcfg.StoreBolt, memcfg.StoreJetStream} {
+		c := memcfg.DefaultConfig()
+		c.Store = ok
+		if err := c.Validate(); err != nil {
+			t.Errorf("memory.store %q: Validate() = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "Bolt", "JetStream", "nats", "kv"} {
+		c := memcfg.DefaultConfig()
+		c.Store = bad
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), `memory.store: must be bolt or jetstream, got "`+bad+`"`) {
+			t.Errorf("memory.store %q: Validate() = %v, want a problem listing bolt and jetstream", bad, err)
+		}
 	}
 }
 
