@@ -18,14 +18,8 @@ import (
 // those present and those not). It creates nothing: the write probe is
 // removed.
 func Check(dir string) health.Result {
-	r := health.Result{Name: "workspace"}
-	created, err := health.DirUsable(dir)
-	if err != nil {
-		r.Status, r.Detail = health.Fail, err.Error()
-		return r
-	}
-	if created {
-		r.Status, r.Detail = health.OK, fmt.Sprintf("%s does not exist yet; it will be created", dir)
+	r, done := health.CheckDirFirst("workspace", dir)
+	if done {
 		return r
 	}
 	var present, missing []string

@@ -112,14 +112,25 @@ func DirUsable(dir string) (created bool, err error) {
 // dir can hold the daemon's files: it exists and is writable, or can be
 // created ([DirUsable]). It creates nothing.
 func CheckDir(name, dir string) Result {
+	if r, done := CheckDirFirst(name, dir); done {
+		return r
+	}
+	return Result{Name: name, Status: OK, Detail: fmt.Sprintf("%s is writable", dir)}
+}
+
+// CheckDirFirst is the first step of a check of what lives in dir: done
+// when dir is unusable (Fail) or does not exist yet (OK: it will be
+// created, so there is nothing in it to check); otherwise the caller goes
+// on to check its contents.
+func CheckDirFirst(name, dir string) (r Result, done bool) {
 	created, err := DirUsable(dir)
 	switch {
 	case err != nil:
-		return Result{Name: name, Status: Fail, Detail: err.Error()}
+		return Result{Name: name, Status: Fail, Detail: err.Error()}, true
 	case created:
-		return Result{Name: name, Status: OK, Detail: fmt.Sprintf("%s does not exist yet; it will be created", dir)}
+		return Result{Name: name, Status: OK, Detail: fmt.Sprintf("%s does not exist yet; it will be created", dir)}, true
 	}
-	return Result{Name: name, Status: OK, Detail: fmt.Sprintf("%s is writable", dir)}
+	return Result{Name: name}, false
 }
 
 // notExist reports whether a stat error means the path is absent, including

@@ -26,14 +26,8 @@ const checkLockTimeout = 200 * time.Millisecond
 // running daemon. It creates nothing (the write probe is removed) and
 // opens the history read-only.
 func CheckDataDir(dir string) health.Result {
-	r := health.Result{Name: "data dir"}
-	created, err := health.DirUsable(dir)
-	if err != nil {
-		r.Status, r.Detail = health.Fail, err.Error()
-		return r
-	}
-	if created {
-		r.Status, r.Detail = health.OK, fmt.Sprintf("%s does not exist yet; it will be created", dir)
+	r, done := health.CheckDirFirst("data dir", dir)
+	if done {
 		return r
 	}
 	db := filepath.Join(dir, FileName)
