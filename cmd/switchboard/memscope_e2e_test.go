@@ -75,7 +75,7 @@ func waitSummary(t *testing.T, model *llmtest.Server, marker string) {
 	t.Helper()
 	for n := 1; ; n++ {
 		reqs := model.WaitRequests(t, n, wait)
-		r := reqs[len(reqs)-1]
+		r := reqs[n-1] // not the last: two summaries may arrive together
 		if strings.HasPrefix(llmtest.MessageText(r.Body.Messages[0]), "You maintain") && strings.Contains(r.LastUserText(), marker) {
 			return
 		}
