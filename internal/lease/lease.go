@@ -96,8 +96,10 @@ func (l Lease) Run(ctx context.Context, fn func(context.Context) error) error {
 			if !standby {
 				l.Log.Info("lease held by another instance; standing by", "lease", l.Key, "holder", l.Holder)
 			}
-		default:
+		case !standby:
 			l.Log.Warn("lease: cannot reach the key-value bucket; standing by", "lease", l.Key, "err", err)
+		default:
+			l.Log.Debug("lease: cannot reach the key-value bucket", "lease", l.Key, "err", err)
 		}
 		if !standby && l.OnStandby != nil {
 			l.OnStandby()
