@@ -16,6 +16,7 @@ import (
 	openaich "github.com/switchboard-chat/switchboard/channels/openai"
 	slackch "github.com/switchboard-chat/switchboard/channels/slack"
 	"github.com/switchboard-chat/switchboard/channels/telegram"
+	"github.com/switchboard-chat/switchboard/internal/lease"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/workspace"
 )
@@ -36,6 +37,7 @@ type channelDeps struct {
 	Log       *slog.Logger
 	Status    func(component string, err error) // admin.Server.SetReady; nil: nobody listens
 	Metrics   channels.Metrics                  // platform sends and rate-limit waits; nil discards
+	Leases    *lease.Leases                     // memory.store jetstream: each channel runs on one instance; nil: unwrapped
 }
 
 // startChannels starts the built-in channel adapters whose sections are
@@ -97,7 +99,7 @@ func newTelegram(cfg Config, d channelDeps) (channels.Channel, error) {
 	if err != nil {
 		return nil, err
 	}
-	return a, nil
+	return d.Leases.Channel(a, compTelegram, tc.Token, d.status(compTelegram)), nil
 }
 
 // newSlack builds the Slack channel from channels.slack, or nil when the
@@ -114,7 +116,7 @@ func newSlack(cfg Config, d channelDeps) (channels.Channel, error) {
 	if err != nil {
 		return nil, err
 	}
-	return a, nil
+	return d.Leases.Channel(a, compSlack, sc.BotToken, d.status(compSlack)), nil
 }
 
 // newOpenAI builds the OpenAI-compatible API from channels.openai (state
@@ -129,7 +131,7 @@ func newOpenAI(cfg Config, d channelDeps) (channels.Channel, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c, nil
+	return d.Leases.Channel(c, openaich.Name, "", d.status(openaich.Name)), nil
 }
 
 // root is the workspace's root, nil without a workspace.

@@ -17,6 +17,7 @@ import (
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/agent"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/internal/lease"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/memory/boltstore"
@@ -113,6 +114,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	}
 	defer b.Close()
 	adm.SetReady(compBus, b.Ready(ctx))
+	var leases *lease.Leases // nil on bolt (one instance): channels run unwrapped
 	if cfg.Memory.Store == memcfg.StoreJetStream {
 		js, err := jsstore.Open(ctx, b.Conn(), jsstore.Options{Prefix: strings.ReplaceAll(cfg.Bus.SubjectPrefix, ".", "_"), Replicas: cfg.Bus.Replicas})
 		if err != nil {
@@ -120,6 +122,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		}
 		defer js.Close()
 		hist = js
+		if leases, err = lease.Open(ctx, b.Conn(), lease.Config{Prefix: strings.ReplaceAll(cfg.Bus.SubjectPrefix, ".", "_"), Replicas: cfg.Bus.Replicas}, log); err != nil {
+			return err
+		}
 	}
 	store := metrics.Store{History: hist, M: mx, Fails: &memory.FailureLog{Log: log}, Fault: testStoreFault}
 	adm.SetReady(compStore, nil)
@@ -183,7 +188,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return err
 	})
 	if err := startChannels(gctx, g, cfg, channelDeps{Conn: b.Conn(), Subjects: b.Subjects(), Workspace: ws,
-		DataDir: cfg.DataDir, Log: log, Status: adm.SetReady, Metrics: mx}, adm); err != nil {
+		DataDir: cfg.DataDir, Log: log, Status: adm.SetReady, Metrics: mx, Leases: leases}, adm); err != nil {
 		return err
 	}
 	g.Go(func() error {
