@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/polltest"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 	"github.com/switchboard-chat/switchboard/memory"
@@ -139,9 +140,10 @@ func benchSessionMemory(b *testing.B, sessions int) {
 		send(i)
 	}
 	acked.Wait()
-	for n := sessionGoroutines(); n != 0 && n != warm; n = sessionGoroutines() {
-		time.Sleep(10 * time.Millisecond)
-	}
+	polltest.Until(b, time.Minute, 10*time.Millisecond, func() bool {
+		n := sessionGoroutines()
+		return n == 0 || n == warm
+	}, func() string { return "the warm-up sessions' goroutines never settled" })
 	heap0, rss0, g0 := memNow()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -166,17 +168,11 @@ func benchSessionMemory(b *testing.B, sessions int) {
 // for its idle timer, which does not end within the benchmark. base is the
 // number of goroutines before the new sessions.
 func waitIdle(b *testing.B, mgr *Manager, base, sessions int) {
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		extra := runtime.NumGoroutine() - base
-		if mgr.Queued() == 0 && (extra <= 0 || extra >= sessions) {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("sessions did not go idle: %d goroutines beyond the base", extra)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	extra := 0
+	polltest.Until(b, 5*time.Minute, 10*time.Millisecond, func() bool {
+		extra = runtime.NumGoroutine() - base
+		return mgr.Queued() == 0 && (extra <= 0 || extra >= sessions)
+	}, func() string { return fmt.Sprintf("sessions did not go idle: %d goroutines beyond the base", extra) })
 }
 
 // memNow is the live heap plus stacks after a GC (bytes), the RSS (KB) and

@@ -12,6 +12,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
+	"github.com/switchboard-chat/switchboard/internal/polltest"
 )
 
 // subscribing runs c.Subscribe(s) in a goroutine and waits for Ready. stop
@@ -197,15 +198,10 @@ func TestSubscribeEventsOnly(t *testing.T) {
 	}
 	// The durable consumer delivers only what is published after it
 	// exists: wait for it (the server announces no such event).
-	for deadline := time.Now().Add(waitTimeout); ; {
-		if _, err := e.js.Consumer(t.Context(), "CHAT_OUT", "bridge_tg"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the durable consumer was never created")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	polltest.Until(t, waitTimeout, 5*time.Millisecond, func() bool {
+		_, err := e.js.Consumer(t.Context(), "CHAT_OUT", "bridge_tg")
+		return err == nil
+	}, func() string { return "the durable consumer was never created" })
 	e.publishOut(t, out("o1", "c1", "", "m1", bus.KindReply, 1, true))
 	select {
 	case got := <-outs:

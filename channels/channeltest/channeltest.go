@@ -37,6 +37,7 @@ import (
 	"github.com/switchboard-chat/switchboard/bus/bridge"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/internal/polltest"
 )
 
 // Harness is one adapter under test with its fake platform. Conversations
@@ -309,27 +310,19 @@ func waitAcked(t *testing.T, h Harness) {
 // looks at it again every few milliseconds until the deadline.
 func waitStored(t *testing.T, h Harness, ids ...string) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		missing := map[string]bool{}
+	var missing map[string]bool
+	polltest.Until(t, wait, 5*time.Millisecond, func() bool {
+		missing = map[string]bool{}
 		for _, id := range ids {
 			missing[id] = true
 		}
 		for _, m := range storedIn(t, h) {
 			delete(missing, decodeIn(t, m.Data).ID)
 		}
-		if len(missing) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the inbound stream never held %v", slices.Sorted(maps.Keys(missing)))
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatal(t.Context().Err())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+		return len(missing) == 0
+	}, func() string {
+		return fmt.Sprintf("the inbound stream never held %v", slices.Sorted(maps.Keys(missing)))
+	})
 }
 
 func storedIn(t *testing.T, h Harness) []*jetstream.RawStreamMsg {

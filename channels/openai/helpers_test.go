@@ -20,6 +20,7 @@ import (
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/internal/polltest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -128,16 +129,10 @@ func (r *running) stop(t *testing.T) error {
 // server announces no such event: it looks every few milliseconds).
 func (e *env) waitConsumer(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		if _, err := e.js.Consumer(t.Context(), "CHAT_OUT", "bridge_"+Name); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the outbound consumer was never created; log:\n%s", e.logs.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	polltest.Until(t, wait, 5*time.Millisecond, func() bool {
+		_, err := e.js.Consumer(t.Context(), "CHAT_OUT", "bridge_"+Name)
+		return err == nil
+	}, func() string { return "the outbound consumer was never created; log:\n" + e.logs.String() })
 }
 
 // client is a go-openai client for the running channel with key.

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/polltest"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
@@ -185,7 +186,7 @@ func (d *externalDaemon) waitReadyz(t *testing.T, status int, match func(string)
 	t.Helper()
 	var code int
 	var body string
-	poll(t, wait, 20*time.Millisecond, func() bool {
+	polltest.Until(t, wait, 20*time.Millisecond, func() bool {
 		code, body = d.readyz(t)
 		return code == status && match(body)
 	}, func() string {
@@ -299,7 +300,7 @@ func waitAllAnswered(t *testing.T, js jetstream.JetStream, ids []string) map[str
 	var finals map[string]int
 	var missing []string
 	// Each look reads CHAT_OUT through an ephemeral consumer: not too often.
-	poll(t, 90*time.Second, 200*time.Millisecond, func() bool {
+	polltest.Until(t, 90*time.Second, 200*time.Millisecond, func() bool {
 		finals, missing = storedFinals(t, js), missing[:0]
 		for _, id := range ids {
 			if finals[id] == 0 {
@@ -311,23 +312,6 @@ func waitAllAnswered(t *testing.T, js jetstream.JetStream, ids []string) map[str
 		return fmt.Sprintf("%d of %d accepted messages never got a final, e.g. %v", len(missing), len(ids), missing[:min(len(missing), 5)])
 	})
 	return finals
-}
-
-// poll checks cond every interval until it holds, failing the test with
-// what() after timeout. It is for state that announces no event (an HTTP
-// status, a stream's contents, /proc): every other wait uses the event
-// itself.
-func poll(t testing.TB, timeout, every time.Duration, cond func() bool, what func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(what())
-		}
-		<-tick.C
-	}
 }
 
 // startBusRestartRig starts an external nats-server, a daemon on it with

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	openaich "github.com/switchboard-chat/switchboard/channels/openai"
+	"github.com/switchboard-chat/switchboard/internal/polltest"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
 )
@@ -38,7 +39,7 @@ func TestChannelRunsOnceAcrossInstances(t *testing.T) {
 		return true
 	}
 	d1, base1 := instance()
-	poll(t, wait, 10*time.Millisecond, func() bool { return serving(base1) },
+	polltest.Until(t, wait, 10*time.Millisecond, func() bool { return serving(base1) },
 		func() string { return "the first instance never served the OpenAI API" })
 	d2, base2 := instance()
 	// Ready means every channel reported: the standby one too.
@@ -50,7 +51,7 @@ func TestChannelRunsOnceAcrossInstances(t *testing.T) {
 		t.Fatalf("first instance answered %q", got)
 	}
 	d1.stop()
-	poll(t, wait, 10*time.Millisecond, func() bool { return serving(base2) },
+	polltest.Until(t, wait, 10*time.Millisecond, func() bool { return serving(base2) },
 		func() string { return fmt.Sprintf("the second instance never took the OpenAI API over (%s)", base2) })
 	if got := ask(t, goClient(base2, nil), "to the second"); !strings.Contains(got, "to the second") {
 		t.Fatalf("second instance answered %q", got)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/internal/polltest"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
@@ -52,7 +53,7 @@ func TestDaemonNotDumpable(t *testing.T) {
 	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
 	// setpriv holds its capabilities until it has started sleep.
 	var b []byte
-	poll(t, wait, 5*time.Millisecond, func() bool {
+	polltest.Until(t, wait, 5*time.Millisecond, func() bool {
 		b, _ = os.ReadFile("/proc/" + strconv.Itoa(sleeper.Process.Pid) + "/cmdline")
 		return strings.HasPrefix(string(b), "sleep\x00")
 	}, func() string { return fmt.Sprintf("sleep did not start: %q", b) })

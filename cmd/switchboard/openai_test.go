@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -15,6 +16,7 @@ import (
 	goopenai "github.com/sashabaranov/go-openai"
 
 	openaich "github.com/switchboard-chat/switchboard/channels/openai"
+	"github.com/switchboard-chat/switchboard/internal/polltest"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
@@ -41,18 +43,14 @@ func openAIDaemon(t *testing.T, model *llmtest.Server, edit func(*openaich.Confi
 	d := startDaemon(t, cfg)
 	base := "http://" + addr + "/v1"
 	// The channel starts beside the daemon: wait until it answers.
-	deadline := time.Now().Add(wait)
-	for {
+	var lastErr error
+	polltest.Until(t, wait, 10*time.Millisecond, func() bool {
 		resp, err := http.Get(base + "/models")
-		if err == nil {
+		if lastErr = err; err == nil {
 			resp.Body.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the OpenAI API never listened on %s: %v", addr, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err == nil
+	}, func() string { return fmt.Sprintf("the OpenAI API never listened on %s: %v", addr, lastErr) })
 	return d, base
 }
 
