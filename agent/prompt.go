@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/switchboard-chat/switchboard/memory"
@@ -22,32 +24,45 @@ type turnFacts struct {
 
 // buildPrompt assembles the system prompt: tool rules, workspace rules, the
 // prompt files, then runtime facts (DESIGN.md §6.1). It is rebuilt for every
-// turn; the workspace's stat cache makes unchanged files free.
+// turn; the workspace's stat cache makes unchanged files free, and the
+// buffer it is written into is reused, so a turn's prompt costs one
+// allocation of its own size.
 func buildPrompt(ws PromptFiles, toolList []tools.Tool, summary, skills string, mem *memory.View, f turnFacts) (string, error) {
-	var b strings.Builder
-	b.Grow(4096)
+	b := promptBuffers.Get().(*bytes.Buffer)
+	defer func() {
+		if b.Cap() <= maxPooledPrompt {
+			b.Reset()
+			promptBuffers.Put(b)
+		}
+	}()
 	b.WriteString("You are Switchboard, an assistant people reach through chat apps. Your persona, the user and the rules are described below.\n\n")
-	writeTools(&b, toolList)
+	writeTools(b, toolList)
 	if skills = strings.TrimSpace(skills); skills != "" {
 		b.WriteString(skills)
 		b.WriteString("\n\n")
 	}
-	if err := writeWorkspace(&b, ws, mem); err != nil {
+	if err := writeWorkspace(b, ws, mem); err != nil {
 		return "", err
 	}
-	writeMemory(&b, mem)
+	writeMemory(b, mem)
 	if summary != "" {
 		b.WriteString("## Earlier in this conversation\n\n")
 		b.WriteString("Older messages of this chat are no longer shown; this is what they covered:\n\n")
 		b.WriteString(strings.TrimSpace(summary))
 		b.WriteString("\n\n")
 	}
-	writeRuntime(&b, f)
+	writeRuntime(b, f)
 	return b.String(), nil
 }
 
+// promptBuffers are buildPrompt's reusable buffers; one that grew past
+// maxPooledPrompt (a huge workspace file) is left to the collector.
+var promptBuffers = sync.Pool{New: func() any { return bytes.NewBuffer(make([]byte, 0, 16<<10)) }}
+
+const maxPooledPrompt = 256 << 10
+
 // writeTools lists the tools and the rules of using them.
-func writeTools(b *strings.Builder, toolList []tools.Tool) {
+func writeTools(b *bytes.Buffer, toolList []tools.Tool) {
 	if len(toolList) == 0 {
 		return
 	}
@@ -63,7 +78,7 @@ func writeTools(b *strings.Builder, toolList []tools.Tool) {
 
 // writeWorkspace writes the workspace rules and the prompt files, less
 // those scoped memory replaces.
-func writeWorkspace(b *strings.Builder, ws PromptFiles, mem *memory.View) error {
+func writeWorkspace(b *bytes.Buffer, ws PromptFiles, mem *memory.View) error {
 	b.WriteString("## Workspace\n\n")
 	fmt.Fprintf(b, "Your workspace folder is %s. File tools take paths relative to it and cannot leave it. "+
 		"AGENT.md, USER.md, RULE.md and MEMORY.md are already loaded below: do not read them again. "+
@@ -89,7 +104,7 @@ func writeWorkspace(b *strings.Builder, ws PromptFiles, mem *memory.View) error 
 }
 
 // writeMemory writes the speaker's scoped long-term memory, if any.
-func writeMemory(b *strings.Builder, mem *memory.View) {
+func writeMemory(b *bytes.Buffer, mem *memory.View) {
 	if mem == nil {
 		return
 	}
@@ -113,7 +128,7 @@ func writeMemory(b *strings.Builder, mem *memory.View) {
 }
 
 // writeRuntime writes the turn's facts: time, model, channel, who speaks.
-func writeRuntime(b *strings.Builder, f turnFacts) {
+func writeRuntime(b *bytes.Buffer, f turnFacts) {
 	b.WriteString("## Runtime\n\n")
 	_, off := f.Now.Zone()
 	sign := '+'

@@ -226,9 +226,10 @@ func (s *session) stopRunning() {
 	s.conv.history = tight(s.conv.history)
 	if s.env.deps.Memory == nil {
 		s.conv.unnoted = nil // only the daily notes read it
-	} else {
-		s.conv.unnoted = tight(s.conv.unnoted)
 	}
+	// unnoted is not made tight: it grows by append every turn, so a copy
+	// of it at every pause would cost as much again; it shares the
+	// messages' blocks with history and is bounded (keepForNote).
 	s.running = false
 	s.idleSince = time.Now()
 }

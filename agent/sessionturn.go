@@ -266,35 +266,46 @@ func (s *session) summarize(_ context.Context, dropped []memory.Message) {
 }
 
 // keepForNote keeps a turn's messages for the daily note written when the
-// session goes quiet — without long-term memory there is none — and no
-// more than the last maxUnnotedTurns turns: older ones have long left the
-// context, and the note of what was trimmed from it holds them.
+// session goes quiet — without long-term memory there is none. The note
+// covers no more than the last maxUnnotedTurns turns (older ones have long
+// left the context, and the note of what was trimmed from it holds them);
+// the older turns are dropped in bulk once twice as many have gathered, so
+// a long chat does not copy its last hundred turns on every turn.
 func (s *session) keepForNote(msgs []memory.Message) {
 	if s.env.deps.Memory == nil {
 		return
 	}
 	s.conv.unnoted = append(s.conv.unnoted, msgs...)
-	starts := 0
-	for i := range s.conv.unnoted {
-		if s.conv.unnoted[i].TurnStart {
-			starts++
-		}
+	if turnCount(s.conv.unnoted) > 2*maxUnnotedTurns {
+		// Copy so the dropped ones can be freed.
+		cut := lastTurns(s.conv.unnoted, maxUnnotedTurns)
+		s.conv.unnoted = append(make([]memory.Message, 0, 2*(len(s.conv.unnoted)-cut)), s.conv.unnoted[cut:]...)
 	}
-	if starts <= maxUnnotedTurns {
-		return
-	}
-	// Drop the oldest turns; copy so the dropped ones can be freed.
-	cut, seen := 0, 0
-	for i := range s.conv.unnoted {
-		if s.conv.unnoted[i].TurnStart {
-			if seen == starts-maxUnnotedTurns {
-				cut = i
-				break
+}
+
+// lastTurns is the index in msgs where its last n turns begin (0 when it
+// holds n turns or fewer).
+func lastTurns(msgs []memory.Message, n int) int {
+	seen := 0
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].TurnStart {
+			if seen++; seen == n {
+				return i
 			}
-			seen++
 		}
 	}
-	s.conv.unnoted = append(make([]memory.Message, 0, 2*(len(s.conv.unnoted)-cut)), s.conv.unnoted[cut:]...)
+	return 0
+}
+
+// turnCount is the number of turns msgs holds.
+func turnCount(msgs []memory.Message) int {
+	n := 0
+	for i := range msgs {
+		if msgs[i].TurnStart {
+			n++
+		}
+	}
+	return n
 }
 
 // noteConversation writes a summary of the turns answered since the last
@@ -303,7 +314,7 @@ func (s *session) keepForNote(msgs []memory.Message) {
 // session goroutine has already left.
 func (s *session) noteConversation(ctx context.Context) {
 	mem := s.env.deps.Memory
-	turns := s.conv.unnoted
+	turns := s.conv.unnoted[lastTurns(s.conv.unnoted, maxUnnotedTurns):]
 	s.conv.unnoted = nil
 	if mem == nil || len(loop.TurnStarts(turns)) == 0 || s.conv.speaker.Channel == "" {
 		return
