@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/switchboard-chat/switchboard/internal/failpoint"
 	"github.com/switchboard-chat/switchboard/llm"
+	"github.com/switchboard-chat/switchboard/memory"
 )
 
 const (
@@ -22,12 +24,26 @@ const (
 // errOverflowReset marks a context overflow that compaction did not cure.
 var errOverflowReset = errors.New("agent: context overflow persists after compaction")
 
+// sanitizeScratch holds the slices call sanitises the context into before
+// converting it to the request's messages; one that grew past
+// maxScratchMessages is left to the collector.
+var sanitizeScratch = sync.Pool{New: func() any { s := make([]memory.Message, 0, 64); return &s }}
+
+const maxScratchMessages = 4096
+
 // call makes one model call over the sanitised context, offering the tools
 // of ts (nil: none). extra messages are sent but never stored.
 func (t *turn) call(ctx context.Context, ts *toolSet, extra []llm.Message) (*llm.Response, error) {
 	msgs := make([]llm.Message, 0, len(t.tr.context)+2+len(extra))
 	msgs = append(msgs, llm.Message{Role: llm.RoleSystem, Content: t.in.System})
-	msgs = appendLLM(msgs, sanitize(t.tr.requestContext(t.e.opt.Limits.KeepToolResults)))
+	scratch := sanitizeScratch.Get().(*[]memory.Message)
+	clean := sanitizeInto((*scratch)[:0], t.tr.requestContext(t.e.opt.Limits.KeepToolResults))
+	msgs = appendLLM(msgs, clean)
+	if cap(clean) <= maxScratchMessages {
+		clear(clean) // keep no message alive through the pool
+		*scratch = clean[:0]
+		sanitizeScratch.Put(scratch)
+	}
 	msgs = append(msgs, extra...)
 	req := llm.Request{Messages: msgs, Model: t.spec.model, Temperature: t.resampleTemperature(),
 		OnRetry: func(attempt int, wait time.Duration, err error) {

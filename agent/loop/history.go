@@ -24,7 +24,11 @@ const (
 // and tool_use blocks without id or name are removed. The input is not
 // modified.
 func sanitize(msgs []memory.Message) []memory.Message {
-	out := make([]memory.Message, 0, len(msgs))
+	return sanitizeInto(make([]memory.Message, 0, len(msgs)), msgs)
+}
+
+// sanitizeInto is sanitize appending to out (a reused scratch slice).
+func sanitizeInto(out, msgs []memory.Message) []memory.Message {
 	for i := 0; i < len(msgs); i++ {
 		m := msgs[i]
 		switch m.Role {
