@@ -241,7 +241,7 @@ func tight(ms []memory.Message) []memory.Message {
 	if len(ms) == 0 {
 		return nil
 	}
-	if cap(ms)-len(ms) <= len(ms)/2+16 {
+	if cap(ms)-len(ms) <= len(ms)/2+4 {
 		return ms
 	}
 	return slices.Clone(ms)

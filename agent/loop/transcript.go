@@ -33,14 +33,14 @@ type transcript struct {
 
 func newTranscript(history []memory.Message) transcript {
 	tr := transcript{lastResults: -1, elided: map[string]bool{}}
-	if cap(history)-len(history) >= 8 {
+	if cap(history)-len(history) >= 4 {
 		// The session's history has room for this turn (it was the last
 		// turn's context): append in place. Only the elements past its
 		// length are written, so the caller's slice still reads the same.
 		tr.context = history
 		return tr
 	}
-	tr.context = make([]memory.Message, 0, len(history)+len(history)/4+16)
+	tr.context = make([]memory.Message, 0, len(history)+len(history)/4+4)
 	tr.context = append(tr.context, history...)
 	return tr
 }

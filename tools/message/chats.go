@@ -53,35 +53,30 @@ type chatRecord struct {
 // send_message can tell a user's own chats: a chat is owned by a user when
 // it is not a group chat and that user is the only one ever seen in it.
 // Records are written only when something new is learnt (a new chat, a
-// new user in a chat, a chat found to be a group), so recording every turn
-// costs a map lookup. It is safe for concurrent use.
+// new user in a chat, a chat found to be a group). The records live in
+// bbolt; the recently recorded ones are also kept in a bounded cache
+// (maxCachedChats), so recording an active chat's every turn costs a map
+// lookup and a hundred thousand quiet chats cost no memory. It is safe
+// for concurrent use.
 type Chats struct {
 	db *bolt.DB
 
 	mu    sync.Mutex
-	cache map[string]chatRecord
+	cache map[string]chatRecord // at most maxCachedChats; emptied when full
 }
 
-// NewChats loads the chat records of db (creating the bucket). db stays
+// maxCachedChats bounds Chats' cache of recently recorded chats.
+const maxCachedChats = 4096
+
+// NewChats opens the chat records of db (creating the bucket). db stays
 // the caller's to close.
 func NewChats(db *bolt.DB) (*Chats, error) {
 	c := &Chats{db: db, cache: make(map[string]chatRecord)}
-	err := db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(bucketChats)
-		if err != nil {
-			return err
-		}
-		return b.ForEach(func(k, v []byte) error {
-			var r chatRecord
-			if err := json.Unmarshal(v, &r); err != nil {
-				return nil // an unreadable record is forgotten, not fatal
-			}
-			c.cache[string(k)] = r
-			return nil
-		})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("message: load chats: %w", err)
+	if err := db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bucketChats)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("message: open chats: %w", err)
 	}
 	return c, nil
 }
@@ -96,6 +91,12 @@ func (c *Chats) Record(s tools.Session) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r, known := c.cache[k]
+	if !known {
+		var err error
+		if r, known, err = c.read(k); err != nil {
+			return err
+		}
+	}
 	changed := !known
 	if !known {
 		r = chatRecord{Chat: chat, First: time.Now().UTC()}
@@ -108,41 +109,68 @@ func (c *Chats) Record(s tools.Session) error {
 		r.Group = true
 		changed = true
 	}
-	if !changed {
-		return nil
+	if changed {
+		data, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		if err := c.db.Update(func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketChats).Put([]byte(k), data)
+		}); err != nil {
+			return fmt.Errorf("message: record chat %s: %w", chat, err)
+		}
 	}
-	data, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	if err := c.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketChats).Put([]byte(k), data)
-	}); err != nil {
-		return fmt.Errorf("message: record chat %s: %w", chat, err)
+	if len(c.cache) >= maxCachedChats {
+		c.cache = make(map[string]chatRecord) // a Go map keeps its memory after deletes
 	}
 	c.cache[k] = r
 	return nil
 }
 
-// Owned returns the chats owned by user on channel, sorted.
-func (c *Chats) Owned(channel, user string) []Chat {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []Chat
-	for _, r := range c.cache {
-		if owns(r, channel, user) {
-			out = append(out, r.Chat)
+// read is the stored record of key k; ok is false when there is none or
+// it cannot be read (it is written afresh then).
+func (c *Chats) read(k string) (r chatRecord, ok bool, err error) {
+	err = c.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketChats).Get([]byte(k)); v != nil {
+			ok = json.Unmarshal(v, &r) == nil
 		}
+		return nil
+	})
+	if err != nil {
+		return chatRecord{}, false, fmt.Errorf("message: read chat %s: %w", k, err)
 	}
+	return r, ok, nil
+}
+
+// Owned returns the chats owned by user on channel, sorted. It reads every
+// record (send_message asks for it, not every turn).
+func (c *Chats) Owned(channel, user string) []Chat {
+	var out []Chat
+	_ = c.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketChats).ForEach(func(_, v []byte) error {
+			var r chatRecord
+			if json.Unmarshal(v, &r) == nil && owns(r, channel, user) {
+				out = append(out, r.Chat)
+			}
+			return nil // an unreadable record is skipped, not fatal
+		})
+	})
 	slices.SortFunc(out, func(a, b Chat) int { return strings.Compare(a.key(), b.key()) })
 	return out
 }
 
 // Owns reports whether chat is owned by user on chat's channel.
 func (c *Chats) Owns(chat Chat, user string) bool {
+	k := chat.key()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	r, ok := c.cache[chat.key()]
+	r, ok := c.cache[k]
+	c.mu.Unlock()
+	if !ok {
+		var err error
+		if r, ok, err = c.read(k); err != nil {
+			return false
+		}
+	}
 	return ok && owns(r, chat.Channel, user)
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -313,5 +314,41 @@ func TestSendErrors(t *testing.T) {
 	e.pub.err = errors.New("bus down")
 	if r := e.send(t, aliceDM, `{"text":"x"}`); !r.IsError || !strings.Contains(r.Text, "message not sent: bus down") {
 		t.Errorf("publish failure: %+v", r)
+	}
+}
+
+// TestChatsBeyondTheCache records more chats than the records' cache holds:
+// a chat recorded long ago (its record evicted from the cache) is still
+// owned, and a second user seen in it afterwards still makes it shared —
+// the stored record, not a fresh one, is what the new user is added to.
+func TestChatsBeyondTheCache(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "tools.db"))
+	defer db.Close()
+	db.NoSync = true // thousands of records; durability is not what is tested
+	c, err := message.NewChats(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := sess("telegram", "1", "alice")
+	if err := c.Record(first); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4200 {
+		if err := c.Record(sess("telegram", strconv.Itoa(1000+i), "user"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chat := message.Chat{Channel: "telegram", ChatID: "1"}
+	if !c.Owns(chat, "alice") {
+		t.Fatal("alice's chat, recorded before 4,200 others (the cache holds 4,096), is not hers any more")
+	}
+	if err := c.Record(sess("telegram", "1", "mallory")); err != nil {
+		t.Fatal(err)
+	}
+	if c.Owns(chat, "alice") || c.Owns(chat, "mallory") {
+		t.Error("a chat two users were seen in is owned by one of them")
+	}
+	if got := c.Owned("telegram", "user4199"); len(got) != 1 || got[0].ChatID != "5199" {
+		t.Errorf("Owned(user4199) = %v", got)
 	}
 }
