@@ -52,12 +52,16 @@ type chatRecord struct {
 // Chats remembers which users the agent served in which chats, so that
 // send_message can tell a user's own chats: a chat is owned by a user when
 // it is not a group chat and that user is the only one ever seen in it.
-// Records are written only when something new is learnt (a new chat, a
-// new user in a chat, a chat found to be a group). The records live in
-// bbolt; the recently recorded ones are also kept in a bounded cache
-// (maxCachedChats), so recording an active chat's every turn costs a map
-// lookup and a hundred thousand quiet chats cost no memory. It is safe
-// for concurrent use.
+// The records live in bbolt and are read from there whenever ownership is
+// asked. Recording every turn costs a map lookup: a bounded cache
+// (maxCachedChats) of recently recorded chats says when nothing new is
+// learnt; a new chat, a new user in a chat or a chat found to be a group
+// is merged into the stored record in one transaction, outside the lock
+// (sessions learning about different chats do not wait for each other's
+// commits). The cache only ever holds what
+// was stored, so a stale entry can only send Record to the store, never
+// let it skip a write; a hundred thousand quiet chats cost no memory. It
+// is safe for concurrent use.
 type Chats struct {
 	db *bolt.DB
 
@@ -89,46 +93,58 @@ func (c *Chats) Record(s tools.Session) error {
 	chat := Chat{Channel: s.Channel, ChatID: s.ChatID, ThreadID: s.Thread()}
 	k := chat.key()
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	r, known := c.cache[k]
-	if !known {
-		var err error
-		if r, known, err = c.read(k); err != nil {
+	c.mu.Unlock()
+	if known && !learns(&r, s) {
+		return nil
+	}
+	err := c.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketChats)
+		stored := false
+		if v := b.Get([]byte(k)); v != nil {
+			r, stored = chatRecord{}, json.Unmarshal(v, &r) == nil // an unreadable record is written afresh
+		}
+		if !stored {
+			r = chatRecord{Chat: chat, First: time.Now().UTC()}
+		}
+		if !learns(&r, s) && stored {
+			return nil
+		}
+		data, err := json.Marshal(r)
+		if err != nil {
 			return err
 		}
+		return b.Put([]byte(k), data)
+	})
+	if err != nil {
+		return fmt.Errorf("message: record chat %s: %w", chat, err)
 	}
-	changed := !known
-	if !known {
-		r = chatRecord{Chat: chat, First: time.Now().UTC()}
+	c.mu.Lock()
+	if len(c.cache) >= maxCachedChats {
+		c.cache = make(map[string]chatRecord) // a Go map keeps its memory after deletes
 	}
+	c.cache[k] = r
+	c.mu.Unlock()
+	return nil
+}
+
+// learns adds what s tells about its chat to r (its user, that it is a
+// group) and reports whether that was new.
+func learns(r *chatRecord, s tools.Session) bool {
+	changed := false
 	if !slices.Contains(r.Users, s.UserID) && len(r.Users) < maxUsersPerChat {
-		r.Users = append(r.Users, s.UserID)
+		r.Users = append(slices.Clip(r.Users), s.UserID) // r may share Users with a cached record
 		changed = true
 	}
 	if s.IsGroup && !r.Group {
 		r.Group = true
 		changed = true
 	}
-	if changed {
-		data, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		if err := c.db.Update(func(tx *bolt.Tx) error {
-			return tx.Bucket(bucketChats).Put([]byte(k), data)
-		}); err != nil {
-			return fmt.Errorf("message: record chat %s: %w", chat, err)
-		}
-	}
-	if len(c.cache) >= maxCachedChats {
-		c.cache = make(map[string]chatRecord) // a Go map keeps its memory after deletes
-	}
-	c.cache[k] = r
-	return nil
+	return changed
 }
 
 // read is the stored record of key k; ok is false when there is none or
-// it cannot be read (it is written afresh then).
+// it cannot be read.
 func (c *Chats) read(k string) (r chatRecord, ok bool, err error) {
 	err = c.db.View(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bucketChats).Get([]byte(k)); v != nil {
@@ -159,19 +175,11 @@ func (c *Chats) Owned(channel, user string) []Chat {
 	return out
 }
 
-// Owns reports whether chat is owned by user on chat's channel.
+// Owns reports whether chat is owned by user on chat's channel, from the
+// stored record.
 func (c *Chats) Owns(chat Chat, user string) bool {
-	k := chat.key()
-	c.mu.Lock()
-	r, ok := c.cache[k]
-	c.mu.Unlock()
-	if !ok {
-		var err error
-		if r, ok, err = c.read(k); err != nil {
-			return false
-		}
-	}
-	return ok && owns(r, chat.Channel, user)
+	r, ok, err := c.read(chat.key())
+	return err == nil && ok && owns(r, chat.Channel, user)
 }
 
 func owns(r chatRecord, channel, user string) bool {

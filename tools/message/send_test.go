@@ -352,3 +352,32 @@ func TestChatsBeyondTheCache(t *testing.T) {
 		t.Errorf("Owned(user4199) = %v", got)
 	}
 }
+
+// TestChatsConcurrentUsers records two users of one chat from concurrent
+// sessions, many times over: the chat always ends up shared (neither
+// write loses the other's user), whatever the interleaving.
+func TestChatsConcurrentUsers(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "tools.db"))
+	defer db.Close()
+	db.NoSync = true
+	c, err := message.NewChats(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		id := strconv.Itoa(5000 + i)
+		var wg sync.WaitGroup
+		for _, u := range []string{"alice", "mallory"} {
+			wg.Go(func() {
+				if err := c.Record(sess("telegram", id, u)); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		chat := message.Chat{Channel: "telegram", ChatID: id}
+		if c.Owns(chat, "alice") || c.Owns(chat, "mallory") {
+			t.Fatalf("chat %s, where alice and mallory both wrote at once, is owned by one of them", id)
+		}
+	}
+}
