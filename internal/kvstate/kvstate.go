@@ -17,8 +17,9 @@
 //     checked on the revision read (optimistic concurrency), retried while
 //     another writer moved the key in between, so two instances changing
 //     one key never lose each other's change.
-//   - All returns every live key's value; Watch replays them and then
-//     streams every later change, in the bucket's order, until ctx ends.
+//   - All returns every live key's value; Watch replays them, says when
+//     the replay is complete, and then streams every later change, in the
+//     bucket's order, until ctx ends.
 //
 // Keys are the bucket's keys ([-/_=.a-zA-Z0-9]+, no leading or trailing
 // dot); [Key] turns any text (a file path) into one.
@@ -245,9 +246,13 @@ type Change struct {
 	Deleted  bool // deleted or purged
 	// Replayed is true for the values present when the watch started.
 	Replayed bool
+	// Synced marks the one Change, with no key, that ends the replay:
+	// what came before it is the bucket as it was when the watch started.
+	Synced bool
 }
 
-// Watch calls fn with every live key's value, then with every later change,
+// Watch calls fn with every key's value (deleted keys as deletions), then
+// once with a Synced Change, then with every later change,
 // one at a time in the bucket's order, until ctx ends (then it returns nil)
 // or the watch fails.
 func (b *Bucket) Watch(ctx context.Context, fn func(Change)) error {
@@ -270,6 +275,7 @@ func (b *Bucket) Watch(ctx context.Context, fn func(Change)) error {
 			}
 			if e == nil {
 				replay = false
+				fn(Change{Synced: true})
 				continue
 			}
 			del := e.Operation() != jetstream.KeyValuePut

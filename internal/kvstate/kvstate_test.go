@@ -87,6 +87,9 @@ func TestWatchAndRestart(t *testing.T) {
 	if c := next(); c.Key != "t1" || string(c.Value) != "one" || !c.Replayed {
 		t.Fatalf("replayed %+v", c)
 	}
+	if c := next(); !c.Synced || c.Key != "" {
+		t.Fatalf("after the replay: %+v, want the Synced mark", c)
+	}
 	if _, err := set.Schedules.Put(t.Context(), "t2", []byte("two")); err != nil {
 		t.Fatal(err)
 	}
