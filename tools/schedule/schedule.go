@@ -203,12 +203,12 @@ type Scheduler struct {
 	shared *Shared // nil: one instance
 	loaded chan struct{}
 	pub    tools.Publisher
-	subj bus.Subjects
-	cfg  tools.ScheduleConfig
-	loc  *time.Location
-	log  *slog.Logger
-	now  func() time.Time
-	wake chan struct{}
+	subj   bus.Subjects
+	cfg    tools.ScheduleConfig
+	loc    *time.Location
+	log    *slog.Logger
+	now    func() time.Time
+	wake   chan struct{}
 
 	// afterPublish (tests) runs between a run's publish and its record;
 	// an error skips the record, as a crash would.
