@@ -65,7 +65,9 @@ func (mt memTools) found(t *testing.T, name string, s tools.Session, query strin
 			}
 		}
 		return true
-	}, func() string { return fmt.Sprintf("%s: memory_search %q never showed %q; last answer:\n%s", name, query, want, last) })
+	}, func() string {
+		return fmt.Sprintf("%s: memory_search %q never showed %q; last answer:\n%s", name, query, want, last)
+	})
 }
 
 // Two instances (memory.store jetstream, one NATS): a note written through
