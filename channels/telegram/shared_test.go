@@ -19,7 +19,7 @@ func sharedState(t *testing.T, e *env) kvstate.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	set, err := kvstate.Open(t.Context(), nc, kvstate.Config{Prefix: "chat"})
+	set, err := kvstate.Open(t.Context(), nc, kvstate.Config{Prefix: "chat"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

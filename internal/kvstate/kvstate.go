@@ -8,7 +8,9 @@
 //
 // Buckets are named "<prefix>_<name>" (prefix: bus.subject_prefix with dots
 // turned into underscores), hold bus.replicas copies and keep one value per
-// key (history 1): see [Open] and [Names].
+// key (history 1): see [Open] and [Names]. [Open] also opens the lease
+// bucket (internal/lease), so that the daemon opens what several instances
+// share, besides history (memory/jsstore), in one call.
 //
 // Contract of a [Bucket]:
 //   - Get returns the value and its revision, or ok false for a missing or
@@ -30,9 +32,13 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchboard-chat/switchboard/internal/lease"
 )
 
 // Names of the buckets [Open] opens (after "<prefix>_").
@@ -53,6 +59,8 @@ type Config struct {
 	Prefix string
 	// Replicas of every bucket (bus.replicas); 0 means 1.
 	Replicas int
+	// LeaseTTL is the leases' TTL (0: lease.DefaultTTL).
+	LeaseTTL time.Duration
 }
 
 // Store is what a [Bucket] offers; [Set] hands buckets out as Stores so
@@ -68,17 +76,24 @@ type Store interface {
 
 var _ Store = (*Bucket)(nil)
 
-// Set is the daemon's state buckets. The zero Set (memory.store bolt) has
-// nil Stores.
+// Set is the daemon's state buckets and its leases. The zero Set
+// (memory.store bolt) has nil Stores and nil Leases (nil *lease.Leases
+// wraps nothing).
 type Set struct {
-	Memory    Store // long-term memory notes, by workspace path ([Key])
-	Schedules Store // scheduled tasks, by task id
-	Channels  Store // channel adapters' state, keys chosen by each adapter
+	Memory    Store         // long-term memory notes, by workspace path ([Key])
+	Schedules Store         // scheduled tasks, by task id
+	Channels  Store         // channel adapters' state, keys chosen by each adapter
+	Leases    *lease.Leases // "<prefix>_leases": what runs once (channels, the scheduler)
 }
 
-// Open creates (or updates: replicas) the daemon's buckets on nc.
-func Open(ctx context.Context, nc *nats.Conn, cfg Config) (Set, error) {
-	var s Set
+// Open creates (or updates: replicas) the daemon's buckets on nc and its
+// leases (logging to log; nil discards).
+func Open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) (Set, error) {
+	ls, err := lease.Open(ctx, nc, lease.Config{Prefix: cfg.Prefix, Replicas: cfg.Replicas, TTL: cfg.LeaseTTL}, log)
+	if err != nil {
+		return Set{}, err
+	}
+	s := Set{Leases: ls}
 	for _, b := range []struct {
 		name, desc string
 		dst        *Store

@@ -21,11 +21,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestModifyFromTwoInstancesLosesNothing(t *testing.T) {
 	s := bustest.StartServer(t)
 	cfg := kvstate.Config{Prefix: "chat", Replicas: 1}
-	a, err := kvstate.Open(t.Context(), bustest.Connect(t, s), cfg)
+	a, err := kvstate.Open(t.Context(), bustest.Connect(t, s), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := kvstate.Open(t.Context(), bustest.Connect(t, s), cfg)
+	b, err := kvstate.Open(t.Context(), bustest.Connect(t, s), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestWatchAndRestart(t *testing.T) {
 	dir := t.TempDir()
 	s := bustest.StartServerIn(t, dir)
 	nc := bustest.Connect(t, s)
-	set, err := kvstate.Open(t.Context(), nc, kvstate.Config{Prefix: "chat"})
+	set, err := kvstate.Open(t.Context(), nc, kvstate.Config{Prefix: "chat"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestWatchAndRestart(t *testing.T) {
 	s.Shutdown()
 	s.WaitForShutdown()
 	s = bustest.StartServerIn(t, dir)
-	set, err = kvstate.Open(t.Context(), bustest.Connect(t, s), kvstate.Config{Prefix: "chat"})
+	set, err = kvstate.Open(t.Context(), bustest.Connect(t, s), kvstate.Config{Prefix: "chat"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func openIn(t *testing.T, store, scope string) (*longterm.System, *workspace.Wor
 // one instance of the daemon has).
 func memoryBucket(t *testing.T, s *server.Server) longterm.SharedStore {
 	t.Helper()
-	set, err := kvstate.Open(t.Context(), bustest.Connect(t, s), kvstate.Config{Prefix: "chat"})
+	set, err := kvstate.Open(t.Context(), bustest.Connect(t, s), kvstate.Config{Prefix: "chat"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

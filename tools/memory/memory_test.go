@@ -48,7 +48,7 @@ func replica(t *testing.T, store string) notes.Replica {
 	if store != memcfg.StoreJetStream {
 		return nil
 	}
-	set, err := kvstate.Open(t.Context(), bustest.Connect(t, bustest.StartServer(t)), kvstate.Config{Prefix: "chat"})
+	set, err := kvstate.Open(t.Context(), bustest.Connect(t, bustest.StartServer(t)), kvstate.Config{Prefix: "chat"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/switchboard-chat/switchboard/bus/bustest"
 	"github.com/switchboard-chat/switchboard/internal/kvstate"
-	"github.com/switchboard-chat/switchboard/internal/lease"
 	"github.com/switchboard-chat/switchboard/internal/polltest"
 	"github.com/switchboard-chat/switchboard/tools"
 )
@@ -58,16 +57,12 @@ func startInstance(t *testing.T, srv *server.Server, b *fakeBus, clock *fakeCloc
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	set, err := kvstate.Open(t.Context(), nc, kvstate.Config{Prefix: "chat"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls, err := lease.Open(t.Context(), nc, lease.Config{Prefix: "chat", TTL: 2 * time.Second}, nil)
+	set, err := kvstate.Open(t.Context(), nc, kvstate.Config{Prefix: "chat", LeaseTTL: 2 * time.Second}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pub := &instancePub{bus: b}
-	s, err := NewShared(Shared{Store: set.Schedules.(SharedStore), Lease: ls.Lease("scheduler")}, pub, subj,
+	s, err := NewShared(Shared{Store: set.Schedules.(SharedStore), Lease: set.Leases.Exclusive("scheduler")}, pub, subj,
 		tools.ScheduleConfig{Timezone: "UTC"}, nil)
 	if err != nil {
 		t.Fatal(err)
