@@ -111,7 +111,7 @@ func newSlack(cfg Config, d channelDeps) (channels.Channel, error) {
 		return nil, nil
 	}
 	a, err := slackch.New(*sc, slackch.Options{Conn: d.Conn, SubjectPrefix: d.Subjects.Prefix,
-		MaxTextBytes: cfg.Bus.MaxTextBytes, Inbox: d.root(), StorePath: filepath.Join(d.DataDir, "slack.db"),
+		MaxTextBytes: cfg.Bus.MaxTextBytes, Inbox: d.root(), StorePath: filepath.Join(d.DataDir, "slack.db"), State: d.State.Channels,
 		OutRetention: cfg.Bus.OutRetentionOrDefault(), Log: d.Log, Status: d.status(compSlack), Metrics: d.Metrics})
 	if err != nil {
 		return nil, err
