@@ -140,7 +140,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 			"or edit the llm section of the config file")
 	}
 	mem, err := longterm.Open(longterm.Options{Config: cfg.Memory, Root: ws.Root(), DataDir: cfg.DataDir,
-		LLMBaseURL: cfg.LLM.BaseURL, LLMAPIKey: cfg.LLM.APIKey, Model: model, Shared: state.Memory, Log: log})
+		LLMBaseURL: cfg.LLM.BaseURL, LLMAPIKey: cfg.LLM.APIKey, Model: model, Shared: state.Memory, Lease: state.Leases.Exclusive("consolidate"), Log: log})
 	if err != nil {
 		return err
 	}

@@ -94,6 +94,10 @@ type Options struct {
 	// the memory files where every instance sees them; nil: the workspace
 	// alone.
 	Shared SharedStore
+	// Lease, when set (memory.store jetstream: the lease "consolidate"),
+	// runs the nightly consolidation on one instance at a time: the notes
+	// are shared, so one rewrite is enough.
+	Lease Exclusive
 	// Log receives the parts' warnings and debug lines; nil discards.
 	Log *slog.Logger
 }
@@ -103,6 +107,12 @@ type Options struct {
 type SharedStore interface {
 	Modify(ctx context.Context, key string, fn func(old []byte, ok bool) ([]byte, error)) ([]byte, uint64, error)
 	Watch(ctx context.Context, fn func(kvstate.Change)) error
+}
+
+// Exclusive runs fn only while this instance holds its lease (a
+// lease.Lease), until ctx ends.
+type Exclusive interface {
+	Run(ctx context.Context, fn func(context.Context) error) error
 }
 
 // Replica is kv as the notes' replica ([notes.Options.Replica]): one key
@@ -124,6 +134,7 @@ const (
 // System is the daemon's long-term memory.
 type System struct {
 	shared SharedStore // nil: one instance
+	lease  Exclusive   // nil: consolidate here
 	log    *slog.Logger
 	notes  *notes.Notes
 	index  *search.Index
@@ -160,7 +171,7 @@ func Open(opts Options) (*System, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memory: %w", err)
 	}
-	sys := &System{index: idx, shared: opts.Shared, log: log}
+	sys := &System{index: idx, shared: opts.Shared, lease: opts.Lease, log: log}
 	nopts := notes.Options{Scope: m.Scope, OnWrite: func(string) { idx.Touch() }, Log: log}
 	if opts.Shared != nil {
 		nopts.Replica = Replica(opts.Shared)
@@ -191,7 +202,10 @@ func (m *System) Run(ctx context.Context) error {
 	if m.shared != nil {
 		g.Go(func() error { m.follow(ctx); return nil })
 	}
-	if m.cons != nil {
+	switch {
+	case m.cons != nil && m.lease != nil:
+		g.Go(func() error { return m.lease.Run(ctx, m.cons.Run) })
+	case m.cons != nil:
 		g.Go(func() error { return m.cons.Run(ctx) })
 	}
 	return g.Wait()

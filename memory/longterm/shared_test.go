@@ -1,7 +1,9 @@
 package longterm_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,9 +14,11 @@ import (
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
 	"github.com/switchboard-chat/switchboard/internal/polltest"
+	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory/longterm"
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
 	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 const sharedWait = 30 * time.Second
@@ -122,5 +126,49 @@ func TestSharedNotesAcrossInstances(t *testing.T) {
 	tc.found(t, "C after the restart, the group", aliceGroup, "Mochi hikes", "hikes with Mochi")
 	if r := tc.call(t, aliceDM, "memory_get", map[string]any{"path": "memory/users/telegram/100/MEMORY.md"}); r.IsError || !strings.Contains(r.Text, "Tofu") {
 		t.Errorf("C: memory_get of Alice's MEMORY.md = %+v", r)
+	}
+}
+
+// fakeLease records that the work was put under it and runs it.
+type fakeLease struct{ ran chan struct{} }
+
+func (l fakeLease) Run(ctx context.Context, fn func(context.Context) error) error {
+	close(l.ran)
+	return fn(ctx)
+}
+
+type noModel struct{}
+
+func (noModel) Stream(context.Context, llm.Request, func(llm.Delta)) (*llm.Response, error) {
+	return nil, errors.New("no model in this test")
+}
+
+// With a lease (memory.store jetstream), the nightly consolidation runs
+// under it: one instance rewrites the shared notes, not every one.
+func TestConsolidationRunsUnderTheLease(t *testing.T) {
+	ws, err := workspace.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	cfg := memcfg.DefaultConfig()
+	cfg.Consolidate = "03:15"
+	l := fakeLease{ran: make(chan struct{})}
+	m, err := longterm.Open(longterm.Options{Config: cfg, Root: ws.Root(), DataDir: t.TempDir(), Model: noModel{}, Lease: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	select {
+	case <-l.ran:
+	case <-time.After(sharedWait):
+		t.Error("the consolidation did not run under the lease")
+	}
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("Run = %v", err)
 	}
 }
