@@ -31,12 +31,19 @@ import (
 // Its client URL is s.ClientURL().
 func StartServer(t testing.TB) *server.Server {
 	t.Helper()
+	return StartServerIn(t, t.TempDir())
+}
+
+// StartServerIn is [StartServer] storing under dir: a server started again
+// on the same dir finds what the last one stored (a restart).
+func StartServerIn(t testing.TB, dir string) *server.Server {
+	t.Helper()
 	opts := &server.Options{
 		ServerName: "bustest",
 		Host:       "127.0.0.1",
 		Port:       server.RANDOM_PORT,
 		JetStream:  true,
-		StoreDir:   t.TempDir(),
+		StoreDir:   dir,
 		NoSigs:     true,
 		NoLog:      true,
 	}

@@ -146,7 +146,7 @@ func TestStorePersistsAndBounds(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "slack.db")
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	s, err := openStore(path, clock)
+	s, err := openStore(t.Context(), path, nil, clock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestStorePersistsAndBounds(t *testing.T) {
 	}
 
 	now = now.Add(72 * time.Hour) // the sets do not expire
-	s, err = openStore(path, clock)
+	s, err = openStore(t.Context(), path, nil, clock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestStorePersistsAndBounds(t *testing.T) {
 }
 
 func TestStoreOpenErrors(t *testing.T) {
-	_, err := openStore(filepath.Join(t.TempDir(), "missing", "dir", "slack.db"), time.Now)
+	_, err := openStore(t.Context(), filepath.Join(t.TempDir(), "missing", "dir", "slack.db"), nil, time.Now)
 	if err == nil || !strings.Contains(err.Error(), "slack: open") {
 		t.Errorf("openStore in a missing folder = %v", err)
 	}

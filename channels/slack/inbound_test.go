@@ -2,6 +2,7 @@ package slack
 
 import (
 	"encoding/base64"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/kvstate"
 )
 
 func TestSocketModeDirectMessageRoundTrip(t *testing.T) {
@@ -402,5 +404,42 @@ func TestMaxTextBytesCutsLongMessages(t *testing.T) {
 	got := inbound(t, m).Text
 	if len(got) > 64 || !strings.HasSuffix(got, "[…message cut: too long]") {
 		t.Errorf("text = %q (%d bytes), want at most 64 bytes ending with the cut mark", got, len(got))
+	}
+}
+
+// Two instances share the answered threads (memory.store jetstream): the
+// instance that takes the channel over, with a data_dir of its own, still
+// answers replies in a thread the first one answered.
+func TestAnsweredThreadsTakenOverByAnotherInstance(t *testing.T) {
+	e := newEnv(t)
+	in := e.collectIn()
+	shared := func() State {
+		nc, err := nats.Connect(e.nc.ConnectedUrl())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		set, err := kvstate.Open(t.Context(), nc, kvstate.Config{Prefix: "chat"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return set.Channels
+	}
+	instance := func() *Adapter {
+		e.store = filepath.Join(t.TempDir(), "slack.db")
+		a := e.adapter(e.config())
+		a.opts.State = shared()
+		return a
+	}
+	r := e.start(instance())
+	e.send("a", mention("U1", "C1", "40.1", "", "<@UBOT> start"))
+	waitInbound(t, in, "start")
+	r.stop(t)
+
+	e.start(instance())
+	e.send("b", channelMsg("U1", "C1", "40.2", "40.1", "still here?"))
+	got, _ := waitInbound(t, in, "still here?")
+	if !got.Mentioned || got.ThreadID != "40.1" {
+		t.Errorf("reply on the second instance = %+v, want a mentioned message of thread 40.1", got)
 	}
 }

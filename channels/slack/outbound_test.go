@@ -25,7 +25,7 @@ func (e *env) offline(storePath string) *Adapter {
 	e.t.Helper()
 	a := e.adapter(e.config())
 	a.api = slackapi.New(botToken, slackapi.OptionAPIURL(a.cfg.APIURL))
-	st, err := openStore(storePath, a.now)
+	st, err := openStore(e.t.Context(), storePath, nil, a.now)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -122,6 +122,11 @@ type Options struct {
 	// users and shown replies across restarts (data_dir/slack.db). Empty
 	// keeps them in memory only.
 	StorePath string
+	// State, when not nil, keeps the answered threads and denied users
+	// instead of StorePath (memory.store jetstream: shared by the
+	// instances that may take the channel over; the shown replies stay in
+	// StorePath).
+	State State
 	// OutRetention is the daemon's bus.out_retention (0: 24 h): shown
 	// outbound ids are remembered for twice it, so a final the daemon
 	// re-publishes after a crash is not posted again.
@@ -231,7 +236,7 @@ func (a *Adapter) Run(ctx context.Context) error {
 	if !a.running.CompareAndSwap(false, true) {
 		return errors.New("slack: run: already started")
 	}
-	st, err := openStore(a.opts.StorePath, a.now)
+	st, err := openStore(ctx, a.opts.StorePath, a.opts.State, a.now)
 	if err != nil {
 		return err
 	}

@@ -2,16 +2,34 @@ package slack
 
 import (
 	"cmp"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/switchboard-chat/switchboard/internal/kvstate"
 )
+
+// State is where the answered threads and the denied users are kept when
+// several instances may run the adapter (memory.store jetstream: the
+// daemon's channels bucket, a *kvstate.Bucket): the instance that takes
+// the channel over answers replies in the threads the last one answered.
+// Keys are "slack.<set>.<kvstate.Key of the entry>".
+type State interface {
+	All(ctx context.Context) (map[string][]byte, error)
+	Put(ctx context.Context, key string, value []byte) (uint64, error)
+	Delete(ctx context.Context, key string) error
+}
+
+// sharedTimeout bounds one write to a shared [State].
+const sharedTimeout = 5 * time.Second
 
 // Bounds of the adapter's remembered state.
 const (
@@ -38,8 +56,9 @@ const sentBucket = "sent"
 // is bounded: the oldest entries are forgotten first. It is safe for concurrent use; reads
 // are served from memory.
 type store struct {
-	db  *bolt.DB // nil: in memory only
-	now func() time.Time
+	db     *bolt.DB // nil: in memory only (or shared)
+	shared State    // nil: the sets live in db
+	now    func() time.Time
 
 	mu   sync.Mutex
 	sets map[string]*boundedSet // by bucket name
@@ -53,12 +72,19 @@ type boundedSet struct {
 }
 
 // openStore opens (creating) the bbolt file at path and loads it; an empty
-// path keeps everything in memory.
-func openStore(path string, now func() time.Time) (*store, error) {
-	s := &store{now: now, sets: map[string]*boundedSet{
+// path keeps everything in memory. With shared, the sets are loaded from
+// and written to shared instead (the file still holds the outbound ids
+// shown).
+func openStore(ctx context.Context, path string, shared State, now func() time.Time) (*store, error) {
+	s := &store{now: now, shared: shared, sets: map[string]*boundedSet{
 		string(bucketThreads): {bucket: bucketThreads, max: maxThreads, m: map[string]int64{}},
 		string(bucketDenied):  {bucket: bucketDenied, max: maxDenied, m: map[string]int64{}},
 	}}
+	if shared != nil {
+		if err := s.loadShared(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if path == "" {
 		return s, nil
 	}
@@ -69,7 +95,7 @@ func openStore(path string, now func() time.Time) (*store, error) {
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, set := range s.sets {
 			b, err := tx.CreateBucketIfNotExists(set.bucket)
-			if err != nil {
+			if err != nil || shared != nil {
 				return err
 			}
 			var stale [][]byte
@@ -140,11 +166,14 @@ func (s *store) add(bucket []byte, key string) (bool, error) {
 	now := s.now().Unix()
 	set.m[key] = now
 	evicted := set.evict()
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], uint64(now))
+	if s.shared != nil {
+		return !had, s.putShared(set.bucket, key, v[:], evicted)
+	}
 	if s.db == nil {
 		return !had, nil
 	}
-	var v [8]byte
-	binary.BigEndian.PutUint64(v[:], uint64(now))
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(set.bucket)
 		if b == nil {
@@ -161,6 +190,54 @@ func (s *store) add(bucket []byte, key string) (bool, error) {
 		return !had, fmt.Errorf("slack: store %s: %w", set.bucket, err)
 	}
 	return !had, nil
+}
+
+// sharedKey is the key of entry key of set bucket in a shared State.
+func sharedKey(bucket []byte, key string) string {
+	return "slack." + string(bucket) + "." + kvstate.Key(key)
+}
+
+// loadShared loads the sets from s.shared and forgets what they hold
+// beyond their bounds.
+func (s *store) loadShared(ctx context.Context) error {
+	all, err := s.shared.All(ctx)
+	if err != nil {
+		return fmt.Errorf("slack: load state: %w", err)
+	}
+	for _, set := range s.sets {
+		prefix := "slack." + string(set.bucket) + "."
+		for k, v := range all {
+			rest, ok := strings.CutPrefix(k, prefix)
+			if !ok || len(v) != 8 {
+				continue
+			}
+			if key, ok := kvstate.KeyText(rest); ok {
+				set.m[key] = int64(binary.BigEndian.Uint64(v))
+			}
+		}
+		for _, k := range set.evict() {
+			if err := s.shared.Delete(ctx, sharedKey(set.bucket, k)); err != nil {
+				return fmt.Errorf("slack: load state: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// putShared stores one entry and forgets the evicted ones in s.shared.
+// s.mu is held.
+func (s *store) putShared(bucket []byte, key string, v []byte, evicted []string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), sharedTimeout)
+	defer cancel()
+	for _, k := range evicted {
+		if err := s.shared.Delete(ctx, sharedKey(bucket, k)); err != nil {
+			return fmt.Errorf("slack: store %s: %w", bucket, err)
+		}
+	}
+	if _, err := s.shared.Put(ctx, sharedKey(bucket, key), v); err != nil {
+		return fmt.Errorf("slack: store %s: %w", bucket, err)
+	}
+	return nil
 }
 
 // threadKey is the key of a thread in bucketThreads.

@@ -1,6 +1,7 @@
 package telegram
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,15 +22,32 @@ const offsetMaxAge = 6 * 24 * time.Hour
 
 var offsetBucket = []byte("telegram_offsets")
 
-// offsets persists the getUpdates offset (one past the last update
-// published and acknowledged) per bot, in the adapter's state file. Safe
-// for concurrent use.
-type offsets struct {
-	db    *bolt.DB
-	key   []byte
-	now   func() time.Time
-	owned bool // close closes db
+// sharedSaveTimeout bounds one save to a shared [State].
+const sharedSaveTimeout = 5 * time.Second
+
+// State is where the getUpdates offset is kept when several instances
+// share the bot (memory.store jetstream: the daemon's channels bucket, a
+// *kvstate.Bucket): the instance that takes the channel over resumes from
+// the offset the last holder stored, neither re-processing nor skipping
+// updates.
+type State interface {
+	Get(ctx context.Context, key string) (value []byte, rev uint64, ok bool, err error)
+	Put(ctx context.Context, key string, value []byte) (uint64, error)
 }
+
+// offsets persists the getUpdates offset (one past the last update
+// published and acknowledged) per bot, in the adapter's state file, or in
+// shared when set. Safe for concurrent use.
+type offsets struct {
+	db     *bolt.DB
+	shared State // nil: db
+	key    []byte
+	now    func() time.Time
+	owned  bool // close closes db
+}
+
+// stateKey is the bot's key in a shared [State].
+func stateKey(botID int64) string { return "telegram.offset." + strconv.FormatInt(botID, 10) }
 
 type offsetRecord struct {
 	Offset int       `json:"offset"`
@@ -52,8 +70,11 @@ func openState(path string) (*bolt.DB, error) {
 }
 
 // newOffsets returns the offset store of bot botID in db, creating its
-// bucket.
-func newOffsets(db *bolt.DB, botID int64, now func() time.Time) (*offsets, error) {
+// bucket, or in shared when it is not nil.
+func newOffsets(db *bolt.DB, shared State, botID int64, now func() time.Time) (*offsets, error) {
+	if shared != nil {
+		return &offsets{db: db, shared: shared, key: []byte(stateKey(botID)), now: now}, nil
+	}
 	if err := db.Update(func(tx *bolt.Tx) error {
 		_, err := tx.CreateBucketIfNotExists(offsetBucket)
 		return err
@@ -70,7 +91,7 @@ func openOffsets(path string, botID int64, now func() time.Time) (*offsets, erro
 	if err != nil {
 		return nil, err
 	}
-	o, err := newOffsets(db, botID, now)
+	o, err := newOffsets(db, nil, botID, now)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
@@ -81,16 +102,23 @@ func openOffsets(path string, botID int64, now func() time.Time) (*offsets, erro
 
 // load returns the stored offset, or 0 when there is none or it is older
 // than offsetMaxAge (stale reports that case).
-func (o *offsets) load() (offset int, stale bool, err error) {
+func (o *offsets) load(ctx context.Context) (offset int, stale bool, err error) {
 	var rec offsetRecord
-	err = o.db.View(func(tx *bolt.Tx) error {
+	if o.shared != nil {
+		v, _, ok, err := o.shared.Get(ctx, string(o.key))
+		if err == nil && ok {
+			err = json.Unmarshal(v, &rec)
+		}
+		if err != nil {
+			return 0, false, fmt.Errorf("telegram: load offset: %w", err)
+		}
+	} else if err := o.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(offsetBucket).Get(o.key)
 		if v == nil {
 			return nil
 		}
 		return json.Unmarshal(v, &rec)
-	})
-	if err != nil {
+	}); err != nil {
 		return 0, false, fmt.Errorf("telegram: load offset: %w", err)
 	}
 	if rec.Offset > 0 && o.now().Sub(rec.Saved) > offsetMaxAge {
@@ -99,11 +127,23 @@ func (o *offsets) load() (offset int, stale bool, err error) {
 	return rec.Offset, false, nil
 }
 
-// save stores offset durably (one fsynced transaction).
-func (o *offsets) save(offset int) error {
+// save stores offset durably (one fsynced transaction, or a put the
+// shared store acknowledged).
+func (o *offsets) save(ctx context.Context, offset int) error {
 	v, err := json.Marshal(offsetRecord{Offset: offset, Saved: o.now().UTC()})
 	if err != nil {
 		return fmt.Errorf("telegram: save offset: %w", err)
+	}
+	if o.shared != nil {
+		// The updates are on the bus: store their offset even when the
+		// channel is being stopped (the lease moved), so the next holder
+		// does not fetch them again.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedSaveTimeout)
+		defer cancel()
+		if _, err := o.shared.Put(ctx, string(o.key), v); err != nil {
+			return fmt.Errorf("telegram: save offset %d: %w", offset, err)
+		}
+		return nil
 	}
 	if err := o.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(offsetBucket).Put(o.key, v) }); err != nil {
 		return fmt.Errorf("telegram: save offset %d: %w", offset, err)

@@ -37,11 +37,11 @@ const (
 // sent to Telegram (which confirms, and so deletes, the updates below it)
 // is only ever one that was stored or whose updates were all published.
 func (a *Adapter) poll(ctx context.Context, state *bolt.DB) error {
-	store, err := newOffsets(state, a.self.ID, a.tune.now)
+	store, err := newOffsets(state, a.deps.State, a.self.ID, a.tune.now)
 	if err != nil {
 		return err
 	}
-	offset, stale, err := store.load()
+	offset, stale, err := store.load(ctx)
 	if err != nil {
 		return err
 	}
@@ -135,7 +135,7 @@ func (a *Adapter) batch(ctx context.Context, store *offsets, offset int, raw []j
 		next = u.UpdateID + 1
 	}
 	if next != offset {
-		if err := store.save(next); err != nil {
+		if err := store.save(ctx, next); err != nil {
 			// The updates are on the bus; a restart without this offset
 			// fetches them again and de-duplication drops them.
 			a.log.Error("could not store the getUpdates offset", "offset", next, "err", err)

@@ -107,7 +107,7 @@ func TestOffsetKillAndRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	off, _, err := store.load()
+	off, _, err := store.load(t.Context())
 	store.close()
 	if err != nil || off != 12 {
 		t.Fatalf("stored offset = %d, %v; want 12 (past the two published updates)", off, err)
@@ -147,7 +147,7 @@ func TestStaleOffsetIsDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.save(999999); err != nil {
+	if err := store.save(t.Context(), 999999); err != nil {
 		t.Fatal(err)
 	}
 	store.close()

@@ -86,6 +86,10 @@ type Deps struct {
 	// polling mode. Empty (webhook mode only) remembers shown ids in memory
 	// only.
 	StatePath string
+	// State, when not nil, keeps the getUpdates offset instead of the
+	// state file (memory.store jetstream: shared by the instances that may
+	// take the channel over; the outbound ids shown stay in StatePath).
+	State State
 	// OutRetention is the daemon's bus.out_retention (0: 24 h): shown
 	// outbound ids are remembered for twice it, so a final the daemon
 	// re-publishes after a crash is not sent to Telegram again.

@@ -16,7 +16,7 @@ import (
 	openaich "github.com/switchboard-chat/switchboard/channels/openai"
 	slackch "github.com/switchboard-chat/switchboard/channels/slack"
 	"github.com/switchboard-chat/switchboard/channels/telegram"
-	"github.com/switchboard-chat/switchboard/internal/lease"
+	"github.com/switchboard-chat/switchboard/internal/kvstate"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/workspace"
 )
@@ -37,7 +37,7 @@ type channelDeps struct {
 	Log       *slog.Logger
 	Status    func(component string, err error) // admin.Server.SetReady; nil: nobody listens
 	Metrics   channels.Metrics                  // platform sends and rate-limit waits; nil discards
-	Leases    *lease.Leases                     // memory.store jetstream: each channel runs on one instance; nil: unwrapped
+	State     kvstate.Set                       // memory.store jetstream: each channel runs on one instance, Telegram's offset shared; zero: unwrapped
 }
 
 // startChannels starts the built-in channel adapters whose sections are
@@ -70,9 +70,9 @@ func startChannels(ctx context.Context, g *errgroup.Group, cfg Config, d channel
 
 // newTelegram builds the Telegram channel from channels.telegram, or nil
 // when the section is absent or sets no token (logged once: the shipped
-// config.yaml carries the section with ${TELEGRAM_BOT_TOKEN}). Its state
-// is data_dir/telegram.db; voice notes are transcribed when
-// llm.transcription_model is set. It does no I/O; the caller runs it.
+// config.yaml carries the section with ${TELEGRAM_BOT_TOKEN}). State:
+// data_dir/telegram.db (the offset: the channels bucket on jetstream);
+// voice notes are transcribed with llm.transcription_model. No I/O here.
 func newTelegram(cfg Config, d channelDeps) (channels.Channel, error) {
 	tc := cfg.Channels.Telegram
 	if tc == nil {
@@ -87,7 +87,7 @@ func newTelegram(cfg Config, d channelDeps) (channels.Channel, error) {
 	}
 	deps := telegram.Deps{Conn: d.Conn, Subjects: d.Subjects, MaxTextBytes: cfg.Bus.MaxTextBytes,
 		StatePath: filepath.Join(d.DataDir, "telegram.db"), OutRetention: cfg.Bus.OutRetentionOrDefault(),
-		Files: d.root(), Log: d.Log, Status: d.status(compTelegram), Metrics: d.Metrics}
+		State: d.State.Channels, Files: d.root(), Log: d.Log, Status: d.status(compTelegram), Metrics: d.Metrics}
 	if cfg.LLM.TranscriptionModel != "" {
 		tr, err := llm.NewTranscriber(cfg.LLM, nil)
 		if err != nil {
@@ -99,7 +99,7 @@ func newTelegram(cfg Config, d channelDeps) (channels.Channel, error) {
 	if err != nil {
 		return nil, err
 	}
-	return d.Leases.Channel(a, compTelegram, tc.Token, d.status(compTelegram)), nil
+	return d.State.Leases.Channel(a, compTelegram, tc.Token, d.status(compTelegram)), nil
 }
 
 // newSlack builds the Slack channel from channels.slack, or nil when the
@@ -111,12 +111,12 @@ func newSlack(cfg Config, d channelDeps) (channels.Channel, error) {
 		return nil, nil
 	}
 	a, err := slackch.New(*sc, slackch.Options{Conn: d.Conn, SubjectPrefix: d.Subjects.Prefix,
-		MaxTextBytes: cfg.Bus.MaxTextBytes, Inbox: d.root(), StorePath: filepath.Join(d.DataDir, "slack.db"),
+		MaxTextBytes: cfg.Bus.MaxTextBytes, Inbox: d.root(), StorePath: filepath.Join(d.DataDir, "slack.db"), State: d.State.Channels,
 		OutRetention: cfg.Bus.OutRetentionOrDefault(), Log: d.Log, Status: d.status(compSlack), Metrics: d.Metrics})
 	if err != nil {
 		return nil, err
 	}
-	return d.Leases.Channel(a, compSlack, sc.BotToken, d.status(compSlack)), nil
+	return d.State.Leases.Channel(a, compSlack, sc.BotToken, d.status(compSlack)), nil
 }
 
 // newOpenAI builds the OpenAI-compatible API from channels.openai (state
@@ -131,7 +131,7 @@ func newOpenAI(cfg Config, d channelDeps) (channels.Channel, error) {
 	if err != nil {
 		return nil, err
 	}
-	return d.Leases.Channel(c, openaich.Name, "", d.status(openaich.Name)), nil
+	return d.State.Leases.Channel(c, openaich.Name, "", d.status(openaich.Name)), nil
 }
 
 // root is the workspace's root, nil without a workspace.

@@ -89,7 +89,9 @@ func waitSummary(t *testing.T, model *llmtest.Server, marker string) {
 // group's daily notes. In the group, Alice's own notes stay hers; notes
 // for the group reach Bob. Nothing said in the group lands in her
 // direct-chat memory.
-func TestE2EGroupMemoryStaysPrivate(t *testing.T) {
+func TestE2EGroupMemoryStaysPrivate(t *testing.T) { eachStore(t, testE2EGroupMemoryStaysPrivate) }
+
+func testE2EGroupMemoryStaysPrivate(t *testing.T, store string) {
 	const secret = "ZEBRA-42"
 	alicePrivate := "memory/users/console/alice/MEMORY.md"
 	aliceInGroup := "memory/chats/console/g1/users/alice/MEMORY.md"
@@ -112,7 +114,7 @@ func TestE2EGroupMemoryStaysPrivate(t *testing.T) {
 			{ID: "b3", Name: "memory_get", Arguments: `{"path":"` + alicePrivate + `"}`},
 		},
 	})))
-	cfg := testConfig(t, model.URL())
+	cfg := storeConfig(t, model.URL(), store)
 	cfg.Agent.SessionIdle = time.Second // the group's conversation goes to its daily notes
 	d := startDaemon(t, cfg)
 	dm, group := d.collectOut(t, "alice-dm"), d.collectOut(t, "g1")
@@ -247,11 +249,13 @@ func TestE2EGroupSpeakerLabels(t *testing.T) {
 // TestE2ESharedMemoryScope: memory.scope shared keeps one memory for
 // everyone, as before: what Alice saved in her direct chat is in Bob's
 // group turn.
-func TestE2ESharedMemoryScope(t *testing.T) {
+func TestE2ESharedMemoryScope(t *testing.T) { eachStore(t, testE2ESharedMemoryScope) }
+
+func testE2ESharedMemoryScope(t *testing.T, store string) {
 	model := llmtest.NewServer(t, llmtest.WithResponder(scriptedMemoryModel(map[string][]llmtest.ToolCall{
 		"dm-remember": {{ID: "w", Name: "memory_write", Arguments: `{"text":"the office wifi is SHARED-7","kind":"core"}`}},
 	})))
-	cfg := testConfig(t, model.URL())
+	cfg := storeConfig(t, model.URL(), store)
 	cfg.Memory.Scope = memcfg.ScopeShared
 	d := startDaemon(t, cfg)
 	dm, group := d.collectOut(t, "alice-dm"), d.collectOut(t, "g1")

@@ -17,7 +17,7 @@ import (
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/agent"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
-	"github.com/switchboard-chat/switchboard/internal/lease"
+	"github.com/switchboard-chat/switchboard/internal/kvstate"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/memory/boltstore"
@@ -114,7 +114,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	}
 	defer b.Close()
 	adm.SetReady(compBus, b.Ready(ctx))
-	var leases *lease.Leases // nil on bolt (one instance): channels run unwrapped
+	var state kvstate.Set // zero on bolt (one instance): nothing runs under a lease, state stays in data_dir
 	if cfg.Memory.Store == memcfg.StoreJetStream {
 		js, err := jsstore.Open(ctx, b.Conn(), jsstore.Options{Prefix: strings.ReplaceAll(cfg.Bus.SubjectPrefix, ".", "_"), Replicas: cfg.Bus.Replicas})
 		if err != nil {
@@ -122,7 +122,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		}
 		defer js.Close()
 		hist = js
-		if leases, err = lease.Open(ctx, b.Conn(), lease.Config{Prefix: strings.ReplaceAll(cfg.Bus.SubjectPrefix, ".", "_"), Replicas: cfg.Bus.Replicas}, log); err != nil {
+		if state, err = kvstate.Open(ctx, b.Conn(), kvstate.Config{Prefix: strings.ReplaceAll(cfg.Bus.SubjectPrefix, ".", "_"), Replicas: cfg.Bus.Replicas}, log); err != nil {
 			return err
 		}
 	}
@@ -140,13 +140,13 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 			"or edit the llm section of the config file")
 	}
 	mem, err := longterm.Open(longterm.Options{Config: cfg.Memory, Root: ws.Root(), DataDir: cfg.DataDir,
-		LLMBaseURL: cfg.LLM.BaseURL, LLMAPIKey: cfg.LLM.APIKey, Model: model, Log: log})
+		LLMBaseURL: cfg.LLM.BaseURL, LLMAPIKey: cfg.LLM.APIKey, Model: model, Shared: state.Memory, Lease: state.Leases.Exclusive("consolidate"), Log: log})
 	if err != nil {
 		return err
 	}
 	defer mem.Close()
 	built, err := toolset.Open(toolset.Config{Tools: cfg.Tools, MCP: cfg.MCP, SubjectPrefix: cfg.Bus.SubjectPrefix,
-		DataDir: cfg.DataDir, Version: version}, ws, b, log,
+		DataDir: cfg.DataDir, Version: version, ScheduleStore: state.Schedules, ScheduleLease: state.Leases.Exclusive("scheduler")}, ws, b, log,
 		toolset.Privacy{Guard: mem.Guard, Private: mem.Private, Public: longterm.Public}, mem.Tools()...)
 	if err != nil {
 		return err
@@ -188,7 +188,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return err
 	})
 	if err := startChannels(gctx, g, cfg, channelDeps{Conn: b.Conn(), Subjects: b.Subjects(), Workspace: ws,
-		DataDir: cfg.DataDir, Log: log, Status: adm.SetReady, Metrics: mx, Leases: leases}, adm); err != nil {
+		DataDir: cfg.DataDir, Log: log, Status: adm.SetReady, Metrics: mx, State: state}, adm); err != nil {
 		return err
 	}
 	g.Go(func() error {

@@ -78,6 +78,21 @@ func Key(name, secret string) string {
 	return name + "." + hex.EncodeToString(sum[:8])
 }
 
+// Exclusive runs fn only while this instance holds its lease (a [Lease]).
+type Exclusive interface {
+	Run(ctx context.Context, fn func(context.Context) error) error
+}
+
+// Exclusive returns the lease named key for work that must run on one
+// instance at a time (the scheduler: "scheduler"), or nil with nil ls (one
+// instance: run the work as it is).
+func (ls *Leases) Exclusive(key string) Exclusive {
+	if ls == nil {
+		return nil
+	}
+	return ls.Lease(key)
+}
+
 // Runner is what [Leases.Channel] wraps: a channels.Channel.
 type Runner interface {
 	Name() string

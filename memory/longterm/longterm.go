@@ -25,6 +25,19 @@
 // Files: data_dir/memory-index.db (the search index) and, when
 // memory.consolidate is set, data_dir/memory-state.db (consolidation
 // state). Every method is safe for concurrent use.
+//
+// Several instances (memory.store jetstream, [Options.Shared]): the memory
+// files are kept in a key-value bucket the instances share, one key per
+// file ([notes.Replica]): every write is a read-modify-write of the shared
+// copy checked on its revision, then the workspace file is written; and
+// [System.Run] follows the bucket, writing what other instances wrote into
+// this workspace ([notes.Notes.Install]) and touching the search index.
+// The workspace files stay what everything reads (prompt, memory tools,
+// file tools, bash), so the privacy rules are the same code in both modes.
+// The search index is derived from the files and is not replicated: each
+// instance keeps its own in its data_dir and rescans what changed, so a
+// note written on one instance is found by memory_search on another once
+// it arrived (within a rescan of the change).
 package longterm
 
 import (
@@ -41,6 +54,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/kvstate"
+	"github.com/switchboard-chat/switchboard/internal/retry"
 	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/memory/consolidate"
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
@@ -75,17 +90,57 @@ type Options struct {
 	// Model rewrites the MEMORY.md files each night; required when
 	// Config.Consolidate is set.
 	Model consolidate.Model
+	// Shared, when set (memory.store jetstream: the memory bucket), keeps
+	// the memory files where every instance sees them; nil: the workspace
+	// alone.
+	Shared SharedStore
+	// Lease, when set (memory.store jetstream: the lease "consolidate"),
+	// runs the nightly consolidation on one instance at a time: the notes
+	// are shared, so one rewrite is enough.
+	Lease Exclusive
 	// Log receives the parts' warnings and debug lines; nil discards.
 	Log *slog.Logger
 }
 
+// SharedStore is the memory files shared by several instances, by
+// kvstate.Key of their workspace path (a *kvstate.Bucket).
+type SharedStore interface {
+	Modify(ctx context.Context, key string, fn func(old []byte, ok bool) ([]byte, error)) ([]byte, uint64, error)
+	Watch(ctx context.Context, fn func(kvstate.Change)) error
+}
+
+// Exclusive runs fn only while this instance holds its lease (a
+// lease.Lease), until ctx ends.
+type Exclusive interface {
+	Run(ctx context.Context, fn func(context.Context) error) error
+}
+
+// Replica is kv as the notes' replica ([notes.Options.Replica]): one key
+// per memory file, kvstate.Key of its workspace path.
+func Replica(kv SharedStore) notes.Replica { return replica{kv} }
+
+type replica struct{ kv SharedStore }
+
+func (r replica) Modify(ctx context.Context, rel string, fn func([]byte, bool) ([]byte, error)) ([]byte, uint64, error) {
+	return r.kv.Modify(ctx, kvstate.Key(rel), fn)
+}
+
+// Timing of following the shared memory files after a failed watch.
+const (
+	followFirst = time.Second
+	followMax   = 30 * time.Second
+)
+
 // System is the daemon's long-term memory.
 type System struct {
-	notes *notes.Notes
-	index *search.Index
-	state *consolidate.BoltState // nil when consolidation is off
-	cons  *consolidate.Consolidator
-	tools []tools.Tool
+	shared SharedStore // nil: one instance
+	lease  Exclusive   // nil: consolidate here
+	log    *slog.Logger
+	notes  *notes.Notes
+	index  *search.Index
+	state  *consolidate.BoltState // nil when consolidation is off
+	cons   *consolidate.Consolidator
+	tools  []tools.Tool
 }
 
 // Open opens the memory index (DataDir/IndexFile) and, when
@@ -116,8 +171,12 @@ func Open(opts Options) (*System, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memory: %w", err)
 	}
-	sys := &System{index: idx}
-	sys.notes, err = notes.New(opts.Root, notes.Options{Scope: m.Scope, OnWrite: func(string) { idx.Touch() }, Log: log})
+	sys := &System{index: idx, shared: opts.Shared, lease: opts.Lease, log: log}
+	nopts := notes.Options{Scope: m.Scope, OnWrite: func(string) { idx.Touch() }, Log: log}
+	if opts.Shared != nil {
+		nopts.Replica = Replica(opts.Shared)
+	}
+	sys.notes, err = notes.New(opts.Root, nopts)
 	if err == nil {
 		sys.tools, err = memtools.New(sys.notes, idx, memtools.Options{Log: log})
 	}
@@ -134,15 +193,52 @@ func Open(opts Options) (*System, error) {
 	return sys, nil
 }
 
-// Run runs the index rescans and the consolidation until ctx ends, and
-// returns when both have stopped.
+// Run runs the index rescans, the consolidation and, with a shared store,
+// the following of other instances' writes until ctx ends, and returns
+// when all have stopped.
 func (m *System) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return m.index.Run(ctx) })
-	if m.cons != nil {
+	if m.shared != nil {
+		g.Go(func() error { m.follow(ctx); return nil })
+	}
+	switch {
+	case m.cons != nil && m.lease != nil:
+		g.Go(func() error { return m.lease.Run(ctx, m.cons.Run) })
+	case m.cons != nil:
 		g.Go(func() error { return m.cons.Run(ctx) })
 	}
 	return g.Wait()
+}
+
+// follow writes the shared memory files into the workspace as they change
+// (all of them first) until ctx ends, watching again after a failure.
+func (m *System) follow(ctx context.Context) {
+	_ = retry.Do(ctx, retry.Policy{Schedule: retry.Exponential(followFirst, followMax)}, func(ctx context.Context, _ int) error {
+		err := m.shared.Watch(ctx, func(c kvstate.Change) {
+			rel, ok := kvstate.KeyText(c.Key)
+			switch {
+			case c.Synced:
+				m.log.Debug("shared memory files are in the workspace")
+			case c.Deleted:
+				m.log.Debug("a shared memory file was deleted; the workspace keeps its copy", "key", c.Key)
+			case !ok:
+				m.log.Warn("shared memory: a key that names no file is ignored", "key", c.Key)
+			default:
+				if err := m.notes.Install(rel, c.Value, c.Revision); err != nil {
+					m.log.Warn("shared memory: a file could not be written to the workspace", "file", rel, "err", err)
+				}
+			}
+		})
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("the watch ended")
+		}
+		m.log.Warn("shared memory: lost track of the other instances' notes; following them again", "err", err)
+		return err
+	})
 }
 
 // Close releases the index and the consolidation state. Call it after

@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"go.uber.org/goleak"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bustest"
+	"github.com/switchboard-chat/switchboard/internal/kvstate"
 	"github.com/switchboard-chat/switchboard/memory/longterm"
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
 	"github.com/switchboard-chat/switchboard/tools"
@@ -21,8 +24,48 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// open opens a System over a fresh workspace with the given memory scope.
+// open opens a System over a fresh workspace with the given memory scope
+// and memory.store bolt.
 func open(t *testing.T, scope string) (*longterm.System, *workspace.Workspace) {
+	t.Helper()
+	return openIn(t, memcfg.StoreBolt, scope)
+}
+
+// eachStore runs f with each memory.store: bolt (the workspace files
+// alone) and jetstream (the files shared through the memory bucket on an
+// embedded NATS server, the System running).
+func eachStore(t *testing.T, f func(t *testing.T, store string)) {
+	for _, store := range []string{memcfg.StoreBolt, memcfg.StoreJetStream} {
+		t.Run(store, func(t *testing.T) { f(t, store) })
+	}
+}
+
+// openIn opens a System over a fresh workspace with the given store and
+// memory scope; with jetstream it runs until cleanup.
+func openIn(t *testing.T, store, scope string) (*longterm.System, *workspace.Workspace) {
+	t.Helper()
+	var shared longterm.SharedStore
+	if store == memcfg.StoreJetStream {
+		shared = memoryBucket(t, bustest.StartServer(t))
+	}
+	return openShared(t, shared, scope)
+}
+
+// memoryBucket is the memory bucket on s, over a connection of its own (as
+// one instance of the daemon has).
+func memoryBucket(t *testing.T, s *server.Server) longterm.SharedStore {
+	t.Helper()
+	set, err := kvstate.Open(t.Context(), bustest.Connect(t, s), kvstate.Config{Prefix: "chat"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set.Memory
+}
+
+// openShared opens a System over a fresh workspace and data folder sharing
+// its memory files through shared (nil: none) and runs it until the
+// returned stop or cleanup.
+func openShared(t *testing.T, shared longterm.SharedStore, scope string) (*longterm.System, *workspace.Workspace) {
 	t.Helper()
 	ws, err := workspace.Open(t.TempDir(), nil)
 	if err != nil {
@@ -31,7 +74,7 @@ func open(t *testing.T, scope string) (*longterm.System, *workspace.Workspace) {
 	t.Cleanup(func() { _ = ws.Close() })
 	cfg := memcfg.DefaultConfig()
 	cfg.Scope = scope
-	m, err := longterm.Open(longterm.Options{Config: cfg, Root: ws.Root(), DataDir: t.TempDir()})
+	m, err := longterm.Open(longterm.Options{Config: cfg, Root: ws.Root(), DataDir: t.TempDir(), Shared: shared})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,6 +83,17 @@ func open(t *testing.T, scope string) (*longterm.System, *workspace.Workspace) {
 			t.Error(err)
 		}
 	})
+	if shared != nil {
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- m.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run = %v", err)
+			}
+		})
+	}
 	return m, ws
 }
 
@@ -66,17 +120,19 @@ func TestBashPrivate(t *testing.T) {
 		{"shared memory", true, group, []string{"inbox"}, []string{"inbox/telegram/-100"}},
 		{"no session", false, tools.Session{}, []string{"inbox", "memory/users", "memory/chats"}, nil},
 	}
-	for _, tt := range tests {
-		scope := memcfg.ScopeUser
-		if tt.shared {
-			scope = memcfg.ScopeShared
+	eachStore(t, func(t *testing.T, store string) {
+		for _, tt := range tests {
+			scope := memcfg.ScopeUser
+			if tt.shared {
+				scope = memcfg.ScopeShared
+			}
+			m, _ := openIn(t, store, scope)
+			hide, allow := m.Private(tt.s)
+			if !slices.Equal(hide, tt.hide) || !slices.Equal(allow, tt.allow) {
+				t.Errorf("%s: hide %q allow %q, want %q %q", tt.name, hide, allow, tt.hide, tt.allow)
+			}
 		}
-		m, _ := open(t, scope)
-		hide, allow := m.Private(tt.s)
-		if !slices.Equal(hide, tt.hide) || !slices.Equal(allow, tt.allow) {
-			t.Errorf("%s: hide %q allow %q, want %q %q", tt.name, hide, allow, tt.hide, tt.allow)
-		}
-	}
+	})
 }
 
 // TestGroupMembersViewAndGuard: two members of one group and one of them
@@ -84,8 +140,10 @@ func TestBashPrivate(t *testing.T) {
 // turn, Bob's in-group notes never reach hers, a summary of the group's
 // conversation lands in the group's notes for both, and the file guard
 // hides the same folders the view leaves out.
-func TestGroupMembersViewAndGuard(t *testing.T) {
-	m, ws := open(t, memcfg.ScopeUser)
+func TestGroupMembersViewAndGuard(t *testing.T) { eachStore(t, testGroupMembersViewAndGuard) }
+
+func testGroupMembersViewAndGuard(t *testing.T, store string) {
+	m, ws := openIn(t, store, memcfg.ScopeUser)
 	write := func(rel, text string) {
 		t.Helper()
 		if err := os.MkdirAll(filepath.Join(ws.Dir(), filepath.Dir(rel)), 0o700); err != nil {

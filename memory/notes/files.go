@@ -106,6 +106,9 @@ func checkText(text string, limit int) (string, error) {
 func (n *Notes) appendFile(rel, header, entry, sep string) error {
 	n.wmu.Lock()
 	defer n.wmu.Unlock()
+	if n.replica != nil {
+		return n.replicate(rel, func(old []byte) ([]byte, error) { return appended(old, header, entry, sep), nil })
+	}
 	g := n.files()
 	if err := g.MkdirAll(path.Dir(rel), 0o700); err != nil {
 		return denied(err)
@@ -123,31 +126,40 @@ func (n *Notes) appendFile(rel, header, entry, sep string) error {
 		_ = f.Close()
 		return fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
 	}
-	var b strings.Builder
-	if fi.Size() == 0 {
-		b.WriteString(header)
-	} else {
-		last := make([]byte, 1)
+	var last []byte
+	if fi.Size() > 0 {
+		last = make([]byte, 1)
 		if _, err := f.ReadAt(last, fi.Size()-1); err != nil {
 			_ = f.Close()
 			return err
 		}
-		if last[0] != '\n' {
-			b.WriteByte('\n')
-		}
-		b.WriteString(sep)
 	}
-	b.WriteString(entry)
-	_, err = f.WriteString(b.String())
+	add := appended(last, header, entry, sep)[len(last):]
+	_, err = f.Write(add)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return err
 	}
-	n.log.Debug("memory file appended", "file", rel, "bytes", b.Len())
+	n.log.Debug("memory file appended", "file", rel, "bytes", len(add))
 	n.wrote(rel)
 	return nil
+}
+
+// appended is old with entry appended: header first when old is empty,
+// else a newline when old does not end with one, then sep.
+func appended(old []byte, header, entry, sep string) []byte {
+	out := slices.Clip(old)
+	if len(old) == 0 {
+		out = append(out, header...)
+	} else {
+		if old[len(old)-1] != '\n' {
+			out = append(out, '\n')
+		}
+		out = append(out, sep...)
+	}
+	return append(out, entry...)
 }
 
 // ReplaceCore replaces the folder's MEMORY.md with text (nightly
@@ -168,8 +180,14 @@ func (n *Notes) ReplaceCore(f Folder, text, suffix string) (string, error) {
 		return "", errors.New("notes: replace core: text contains a NUL byte")
 	}
 	core := f.Core()
+	if !strings.HasSuffix(text, "\n") {
+		text += "\n"
+	}
 	n.wmu.Lock()
 	defer n.wmu.Unlock()
+	if n.replica != nil {
+		return n.replaceReplicated(core, text, suffix)
+	}
 	if err := n.files().MkdirAll(path.Dir(core), 0o700); err != nil {
 		return "", fmt.Errorf("notes: replace core %s: %w", core, denied(err))
 	}
@@ -184,9 +202,6 @@ func (n *Notes) ReplaceCore(f Folder, text, suffix string) (string, error) {
 		if err := n.writeAtomic(backup, old); err != nil {
 			return "", fmt.Errorf("notes: replace core %s: backup: %w", core, err)
 		}
-	}
-	if !strings.HasSuffix(text, "\n") {
-		text += "\n"
 	}
 	if err := n.writeAtomic(core, []byte(text)); err != nil {
 		return "", fmt.Errorf("notes: replace core %s: %w", core, err)

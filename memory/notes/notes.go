@@ -164,6 +164,9 @@ type Options struct {
 	// with its workspace-relative path (e.g. search.Index.Touch). It must
 	// not block.
 	OnWrite func(rel string)
+	// Replica, when set, is where the memory files are written first
+	// (memory.store jetstream: shared by the instances); see [Replica].
+	Replica Replica
 	// Log receives debug lines; nil discards.
 	Log *slog.Logger
 }
@@ -177,7 +180,9 @@ type Notes struct {
 	onWrite func(string)
 	log     *slog.Logger
 
-	wmu sync.Mutex // serialises writes
+	wmu      sync.Mutex        // serialises writes
+	replica  Replica           // nil: the workspace files only
+	replicas map[string]uint64 // rel → revision of the replica's content in the file (under wmu)
 
 	cmu   sync.Mutex // guards cache
 	cache map[string]cachedTail
@@ -200,11 +205,13 @@ func New(root *os.Root, opts Options) (*Notes, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Notes{
-		root:    root,
-		shared:  opts.Scope == memcfg.ScopeShared,
-		onWrite: opts.OnWrite,
-		log:     log,
-		cache:   make(map[string]cachedTail),
+		root:     root,
+		shared:   opts.Scope == memcfg.ScopeShared,
+		onWrite:  opts.OnWrite,
+		log:      log,
+		replica:  opts.Replica,
+		replicas: make(map[string]uint64),
+		cache:    make(map[string]cachedTail),
 	}, nil
 }
 

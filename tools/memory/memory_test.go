@@ -13,6 +13,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bustest"
+	"github.com/switchboard-chat/switchboard/internal/kvstate"
+	"github.com/switchboard-chat/switchboard/memory/longterm"
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
 	"github.com/switchboard-chat/switchboard/memory/notes"
 	"github.com/switchboard-chat/switchboard/memory/search"
@@ -30,7 +33,31 @@ type env struct {
 
 var now = time.Date(2025, 3, 10, 9, 30, 0, 0, time.UTC)
 
-func newEnv(t *testing.T, scope string) *env {
+// eachStore runs f with each memory.store: bolt (the workspace files
+// alone) and jetstream (the files written through the shared memory
+// bucket on an embedded NATS server).
+func eachStore(t *testing.T, f func(t *testing.T, store string)) {
+	for _, store := range []string{memcfg.StoreBolt, memcfg.StoreJetStream} {
+		t.Run(store, func(t *testing.T) { f(t, store) })
+	}
+}
+
+// replica is what notes write through with store jetstream, nil with bolt.
+func replica(t *testing.T, store string) notes.Replica {
+	t.Helper()
+	if store != memcfg.StoreJetStream {
+		return nil
+	}
+	set, err := kvstate.Open(t.Context(), bustest.Connect(t, bustest.StartServer(t)), kvstate.Config{Prefix: "chat"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return longterm.Replica(set.Memory)
+}
+
+func newEnv(t *testing.T, scope string) *env { return newEnvIn(t, memcfg.StoreBolt, scope) }
+
+func newEnvIn(t *testing.T, store, scope string) *env {
 	t.Helper()
 	dir := t.TempDir()
 	root, err := os.OpenRoot(dir)
@@ -43,7 +70,7 @@ func newEnv(t *testing.T, scope string) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = idx.Close() })
-	n, err := notes.New(root, notes.Options{Scope: scope, OnWrite: func(string) { idx.Touch() }})
+	n, err := notes.New(root, notes.Options{Scope: scope, OnWrite: func(string) { idx.Touch() }, Replica: replica(t, store)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,139 +128,145 @@ func TestNewValidates(t *testing.T) {
 }
 
 func TestWriteThenSearchAndGet(t *testing.T) {
-	e := newEnv(t, memcfg.ScopeUser)
-	out := e.ok(t, alice, "memory_write", map[string]string{"text": "Alice is allergic to peanuts", "kind": "core"})
-	if !strings.Contains(out, "memory/users/telegram/100/MEMORY.md") {
-		t.Errorf("write result = %q", out)
-	}
-	e.ok(t, alice, "memory_write", map[string]string{"text": "booked a table at Nobu for Friday", "kind": "daily"})
-	got, err := os.ReadFile(filepath.Join(e.dir, "memory/users/telegram/100/2025-03-10.md"))
-	if err != nil || !strings.Contains(string(got), "- 09:30 booked a table at Nobu") {
-		t.Errorf("daily file = %q, %v", got, err)
-	}
-	// Written notes are searchable at once, without waiting for a rescan.
-	out = e.ok(t, alice, "memory_search", map[string]any{"query": "peanut allergy"})
-	if !strings.Contains(out, "memory/users/telegram/100/MEMORY.md lines") || !strings.Contains(out, "allergic to peanuts") {
-		t.Errorf("search = %q", out)
-	}
-	out = e.ok(t, alice, "memory_search", map[string]any{"query": "Nobu"})
-	if !strings.Contains(out, "notes of 2025-03-10 Monday") {
-		t.Errorf("dated search result = %q", out)
-	}
-	out = e.ok(t, alice, "memory_get", map[string]any{"path": "memory/users/telegram/100/MEMORY.md"})
-	if out != "memory/users/telegram/100/MEMORY.md, lines 1-3:\n# Memory\n\n- Alice is allergic to peanuts\n" {
-		t.Errorf("get = %q", out)
-	}
-	out = e.ok(t, alice, "memory_get", map[string]any{"path": "memory/users/telegram/100/MEMORY.md", "start_line": 3, "num_lines": 1})
-	if out != "memory/users/telegram/100/MEMORY.md, lines 3-3:\n- Alice is allergic to peanuts\n" {
-		t.Errorf("get line 3 = %q", out)
-	}
-	out = e.ok(t, alice, "memory_get", map[string]any{"path": "memory/users/telegram/100/MEMORY.md", "num_lines": 1})
-	if !strings.Contains(out, "more follows: call memory_get with start_line 2") {
-		t.Errorf("get with more = %q", out)
-	}
-	if out := e.ok(t, alice, "memory_search", map[string]any{"query": "zebra"}); !strings.Contains(out, "No memory matches") {
-		t.Errorf("no match = %q", out)
-	}
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnvIn(t, store, memcfg.ScopeUser)
+		out := e.ok(t, alice, "memory_write", map[string]string{"text": "Alice is allergic to peanuts", "kind": "core"})
+		if !strings.Contains(out, "memory/users/telegram/100/MEMORY.md") {
+			t.Errorf("write result = %q", out)
+		}
+		e.ok(t, alice, "memory_write", map[string]string{"text": "booked a table at Nobu for Friday", "kind": "daily"})
+		got, err := os.ReadFile(filepath.Join(e.dir, "memory/users/telegram/100/2025-03-10.md"))
+		if err != nil || !strings.Contains(string(got), "- 09:30 booked a table at Nobu") {
+			t.Errorf("daily file = %q, %v", got, err)
+		}
+		// Written notes are searchable at once, without waiting for a rescan.
+		out = e.ok(t, alice, "memory_search", map[string]any{"query": "peanut allergy"})
+		if !strings.Contains(out, "memory/users/telegram/100/MEMORY.md lines") || !strings.Contains(out, "allergic to peanuts") {
+			t.Errorf("search = %q", out)
+		}
+		out = e.ok(t, alice, "memory_search", map[string]any{"query": "Nobu"})
+		if !strings.Contains(out, "notes of 2025-03-10 Monday") {
+			t.Errorf("dated search result = %q", out)
+		}
+		out = e.ok(t, alice, "memory_get", map[string]any{"path": "memory/users/telegram/100/MEMORY.md"})
+		if out != "memory/users/telegram/100/MEMORY.md, lines 1-3:\n# Memory\n\n- Alice is allergic to peanuts\n" {
+			t.Errorf("get = %q", out)
+		}
+		out = e.ok(t, alice, "memory_get", map[string]any{"path": "memory/users/telegram/100/MEMORY.md", "start_line": 3, "num_lines": 1})
+		if out != "memory/users/telegram/100/MEMORY.md, lines 3-3:\n- Alice is allergic to peanuts\n" {
+			t.Errorf("get line 3 = %q", out)
+		}
+		out = e.ok(t, alice, "memory_get", map[string]any{"path": "memory/users/telegram/100/MEMORY.md", "num_lines": 1})
+		if !strings.Contains(out, "more follows: call memory_get with start_line 2") {
+			t.Errorf("get with more = %q", out)
+		}
+		if out := e.ok(t, alice, "memory_search", map[string]any{"query": "zebra"}); !strings.Contains(out, "No memory matches") {
+			t.Errorf("no match = %q", out)
+		}
+	})
 }
 
 // TestGroupPrivacy: Alice's direct-chat memory never reaches the group,
 // her own included; a member's in-group notes reach only their own
 // messages; group-scoped notes reach every member.
 func TestGroupPrivacy(t *testing.T) {
-	e := newEnv(t, memcfg.ScopeUser)
-	// Alice tells the bot a secret in her private chat.
-	e.ok(t, alice, "memory_write", map[string]string{"text": "Alice is interviewing at Globex secretly", "kind": "core"})
-	e.ok(t, alice, "memory_write", map[string]string{"text": "Alice's Globex interview is on Tuesday", "kind": "daily"})
-	// Bob's own private memory.
-	e.ok(t, bob, "memory_write", map[string]string{"text": "Bob's Globex shares were sold", "kind": "core"})
-	// In the group: Alice's own note (default scope "me") and a note for everyone.
-	out := e.ok(t, aliceInGroup, "memory_write", map[string]string{"text": "Alice wants the Globex slides in German", "kind": "core"})
-	if !strings.Contains(out, "memory/chats/telegram/-500/users/100/MEMORY.md") {
-		t.Errorf("in-group write went to %q", out)
-	}
-	out = e.ok(t, aliceInGroup, "memory_write", map[string]string{"text": "team lunch with Globex partners on Thursday", "kind": "daily", "scope": "group"})
-	if !strings.Contains(out, "memory/chats/telegram/-500/2025-03-10.md") {
-		t.Errorf("group write went to %q", out)
-	}
-	if _, err := e.idx.Sync(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	for _, tt := range []struct {
-		name          string
-		s             tools.Session
-		want, mustNot []string
-	}{
-		{"alice in group", aliceInGroup, []string{"team lunch", "slides in German"}, []string{"interview", "users/telegram/100", "shares"}},
-		{"bob in group", bobInGroup, []string{"team lunch"}, []string{"interview", "slides", "shares", "users/telegram/"}},
-		{"alice private", alice, []string{"interview"}, []string{"team lunch", "slides", "shares"}},
-		{"bob private", bob, []string{"shares"}, []string{"team lunch", "slides", "interview"}},
-	} {
-		got := e.ok(t, tt.s, "memory_search", map[string]any{"query": "Globex", "max_results": 50})
-		for _, w := range tt.want {
-			if !strings.Contains(got, w) {
-				t.Errorf("%s: search lacks %q:\n%s", tt.name, w, got)
-			}
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnvIn(t, store, memcfg.ScopeUser)
+		// Alice tells the bot a secret in her private chat.
+		e.ok(t, alice, "memory_write", map[string]string{"text": "Alice is interviewing at Globex secretly", "kind": "core"})
+		e.ok(t, alice, "memory_write", map[string]string{"text": "Alice's Globex interview is on Tuesday", "kind": "daily"})
+		// Bob's own private memory.
+		e.ok(t, bob, "memory_write", map[string]string{"text": "Bob's Globex shares were sold", "kind": "core"})
+		// In the group: Alice's own note (default scope "me") and a note for everyone.
+		out := e.ok(t, aliceInGroup, "memory_write", map[string]string{"text": "Alice wants the Globex slides in German", "kind": "core"})
+		if !strings.Contains(out, "memory/chats/telegram/-500/users/100/MEMORY.md") {
+			t.Errorf("in-group write went to %q", out)
 		}
-		for _, w := range tt.mustNot {
-			if strings.Contains(got, w) {
-				t.Errorf("%s: search shows %q:\n%s", tt.name, w, got)
-			}
+		out = e.ok(t, aliceInGroup, "memory_write", map[string]string{"text": "team lunch with Globex partners on Thursday", "kind": "daily", "scope": "group"})
+		if !strings.Contains(out, "memory/chats/telegram/-500/2025-03-10.md") {
+			t.Errorf("group write went to %q", out)
 		}
-	}
-	for _, s := range []tools.Session{aliceInGroup, bobInGroup} {
-		for _, p := range []string{
-			"memory/users/telegram/100/MEMORY.md",
-			"memory/users/telegram/100/2025-03-10.md",
-			"memory/users/telegram/200/MEMORY.md",
-			"./memory/users/telegram/200/../100/MEMORY.md",
-			"memory/chats/telegram/-500/users/300/../../../../../users/telegram/100/MEMORY.md",
-			"AGENT.md",
-			"../outside.md",
-			"/etc/passwd",
+		if _, err := e.idx.Sync(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range []struct {
+			name          string
+			s             tools.Session
+			want, mustNot []string
+		}{
+			{"alice in group", aliceInGroup, []string{"team lunch", "slides in German"}, []string{"interview", "users/telegram/100", "shares"}},
+			{"bob in group", bobInGroup, []string{"team lunch"}, []string{"interview", "slides", "shares", "users/telegram/"}},
+			{"alice private", alice, []string{"interview"}, []string{"team lunch", "slides", "shares"}},
+			{"bob private", bob, []string{"shares"}, []string{"team lunch", "slides", "interview"}},
 		} {
-			r := e.call(t, s, "memory_get", map[string]any{"path": p})
-			if !r.IsError || !r.Denied || strings.Contains(r.Text, "Globex") {
-				t.Errorf("%s: memory_get(%q) = %+v, want a denial", s.UserID, p, r)
+			got := e.ok(t, tt.s, "memory_search", map[string]any{"query": "Globex", "max_results": 50})
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("%s: search lacks %q:\n%s", tt.name, w, got)
+				}
+			}
+			for _, w := range tt.mustNot {
+				if strings.Contains(got, w) {
+					t.Errorf("%s: search shows %q:\n%s", tt.name, w, got)
+				}
 			}
 		}
-	}
-	r := e.call(t, bobInGroup, "memory_get", map[string]any{"path": "memory/chats/telegram/-500/users/100/MEMORY.md"})
-	if !r.IsError || !r.Denied || strings.Contains(r.Text, "German") {
-		t.Errorf("Bob's memory_get of Alice's in-group notes = %+v, want a denial", r)
-	}
-	if !strings.Contains(r.Text, "direct-chat memory is never readable in a group") {
-		t.Errorf("denial does not explain what is readable: %q", r.Text)
-	}
-	if out := e.ok(t, bobInGroup, "memory_get", map[string]any{"path": "memory/chats/telegram/-500/2025-03-10.md"}); !strings.Contains(out, "team lunch") {
-		t.Errorf("group notes not readable by a member: %q", out)
-	}
-	if out := e.ok(t, aliceInGroup, "memory_get", map[string]any{"path": "memory/chats/telegram/-500/users/100/MEMORY.md"}); !strings.Contains(out, "German") {
-		t.Errorf("Alice cannot read her own in-group notes: %q", out)
-	}
-	// Nothing said in the group reached a direct-chat folder.
-	if b, err := os.ReadFile(filepath.Join(e.dir, "memory/users/telegram/100/MEMORY.md")); err != nil || strings.Contains(string(b), "German") {
-		t.Errorf("Alice's direct-chat memory = %q, %v", b, err)
-	}
-	if r := e.call(t, alice, "memory_write", map[string]string{"text": "x", "kind": "core", "scope": "group"}); !r.IsError || !strings.Contains(r.Text, "private chat") {
-		t.Errorf("scope group in a private chat = %+v", r)
-	}
-	if r := e.call(t, aliceInGroup, "memory_write", map[string]string{"text": "x", "kind": "core", "scope": "everyone"}); !r.IsError || !strings.Contains(r.Text, "scope must be") {
-		t.Errorf("bad scope = %+v", r)
-	}
+		for _, s := range []tools.Session{aliceInGroup, bobInGroup} {
+			for _, p := range []string{
+				"memory/users/telegram/100/MEMORY.md",
+				"memory/users/telegram/100/2025-03-10.md",
+				"memory/users/telegram/200/MEMORY.md",
+				"./memory/users/telegram/200/../100/MEMORY.md",
+				"memory/chats/telegram/-500/users/300/../../../../../users/telegram/100/MEMORY.md",
+				"AGENT.md",
+				"../outside.md",
+				"/etc/passwd",
+			} {
+				r := e.call(t, s, "memory_get", map[string]any{"path": p})
+				if !r.IsError || !r.Denied || strings.Contains(r.Text, "Globex") {
+					t.Errorf("%s: memory_get(%q) = %+v, want a denial", s.UserID, p, r)
+				}
+			}
+		}
+		r := e.call(t, bobInGroup, "memory_get", map[string]any{"path": "memory/chats/telegram/-500/users/100/MEMORY.md"})
+		if !r.IsError || !r.Denied || strings.Contains(r.Text, "German") {
+			t.Errorf("Bob's memory_get of Alice's in-group notes = %+v, want a denial", r)
+		}
+		if !strings.Contains(r.Text, "direct-chat memory is never readable in a group") {
+			t.Errorf("denial does not explain what is readable: %q", r.Text)
+		}
+		if out := e.ok(t, bobInGroup, "memory_get", map[string]any{"path": "memory/chats/telegram/-500/2025-03-10.md"}); !strings.Contains(out, "team lunch") {
+			t.Errorf("group notes not readable by a member: %q", out)
+		}
+		if out := e.ok(t, aliceInGroup, "memory_get", map[string]any{"path": "memory/chats/telegram/-500/users/100/MEMORY.md"}); !strings.Contains(out, "German") {
+			t.Errorf("Alice cannot read her own in-group notes: %q", out)
+		}
+		// Nothing said in the group reached a direct-chat folder.
+		if b, err := os.ReadFile(filepath.Join(e.dir, "memory/users/telegram/100/MEMORY.md")); err != nil || strings.Contains(string(b), "German") {
+			t.Errorf("Alice's direct-chat memory = %q, %v", b, err)
+		}
+		if r := e.call(t, alice, "memory_write", map[string]string{"text": "x", "kind": "core", "scope": "group"}); !r.IsError || !strings.Contains(r.Text, "private chat") {
+			t.Errorf("scope group in a private chat = %+v", r)
+		}
+		if r := e.call(t, aliceInGroup, "memory_write", map[string]string{"text": "x", "kind": "core", "scope": "everyone"}); !r.IsError || !strings.Contains(r.Text, "scope must be") {
+			t.Errorf("bad scope = %+v", r)
+		}
+	})
 }
 
 func TestSharedScope(t *testing.T) {
-	e := newEnv(t, memcfg.ScopeShared)
-	if out := e.ok(t, aliceInGroup, "memory_write", map[string]string{"text": "the wifi password rotates monthly", "kind": "core"}); !strings.HasSuffix(out, ": MEMORY.md") {
-		t.Errorf("shared write = %q", out)
-	}
-	if out := e.ok(t, bobInGroup, "memory_write", map[string]string{"text": "the printer is on floor 2", "kind": "core", "scope": "group"}); !strings.HasSuffix(out, ": MEMORY.md") {
-		t.Errorf("shared write with scope group = %q", out)
-	}
-	if out := e.ok(t, bob, "memory_search", map[string]any{"query": "wifi"}); !strings.Contains(out, "MEMORY.md lines") {
-		t.Errorf("shared memory not found by another user: %q", out)
-	}
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnvIn(t, store, memcfg.ScopeShared)
+		if out := e.ok(t, aliceInGroup, "memory_write", map[string]string{"text": "the wifi password rotates monthly", "kind": "core"}); !strings.HasSuffix(out, ": MEMORY.md") {
+			t.Errorf("shared write = %q", out)
+		}
+		if out := e.ok(t, bobInGroup, "memory_write", map[string]string{"text": "the printer is on floor 2", "kind": "core", "scope": "group"}); !strings.HasSuffix(out, ": MEMORY.md") {
+			t.Errorf("shared write with scope group = %q", out)
+		}
+		if out := e.ok(t, bob, "memory_search", map[string]any{"query": "wifi"}); !strings.Contains(out, "MEMORY.md lines") {
+			t.Errorf("shared memory not found by another user: %q", out)
+		}
+	})
 }
 
 func TestBadCalls(t *testing.T) {

@@ -20,8 +20,18 @@
 // runs twice at once. Due times missed while the daemon was down are run
 // once when it starts (late), not once per missed time.
 //
-// Tasks are stored in their own bucket of the tools database; each user
-// (channel + user id) may have at most tools.schedule.max_per_user.
+// Tasks are stored in their own bucket of the tools database ([New]); each
+// user (channel + user id) may have at most tools.schedule.max_per_user.
+//
+// Several instances (memory.store jetstream, [NewShared]): the tasks live
+// in a key-value bucket every instance sees ([SharedStore]: the daemon's
+// schedules bucket), each instance follows its changes (a task created
+// through one instance is listed and counted on all), and the loop that
+// fires runs under a lease ([Exclusive]), so one instance fires at a time
+// and another takes over, with the tasks the first created, when its lease
+// lapses. The fire stays the de-duplicated publish above: a lease handed
+// over between a publish and its record publishes the same id again and
+// the copy is dropped.
 package schedule
 
 import (
@@ -29,6 +39,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -41,9 +52,11 @@ import (
 	_ "time/tzdata"
 
 	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/internal/failpoint"
+	"github.com/switchboard-chat/switchboard/internal/kvstate"
 	"github.com/switchboard-chat/switchboard/internal/retry"
 	"github.com/switchboard-chat/switchboard/tools"
 )
@@ -67,7 +80,68 @@ const (
 	lateAfter = 2 * time.Minute
 	// MaxPromptBytes bounds a task's prompt.
 	MaxPromptBytes = 4000
+	// storeTimeout bounds recording a run in a shared store, which is done
+	// even when the loop is being stopped (its lease moved).
+	storeTimeout = 10 * time.Second
+	// watchFirst and watchMax bound the wait before following a shared
+	// store again after its watch failed.
+	watchFirst = time.Second
+	watchMax   = 30 * time.Second
 )
+
+// Store keeps the tasks by id: the tools database ([New]) or a bucket
+// several instances share ([NewShared]).
+type Store interface {
+	All(ctx context.Context) (map[string][]byte, error)
+	Put(ctx context.Context, key string, value []byte) (uint64, error)
+	Delete(ctx context.Context, key string) error
+}
+
+// SharedStore is a Store several instances use at once that tells of every
+// change (a *kvstate.Bucket).
+type SharedStore interface {
+	Store
+	Watch(ctx context.Context, fn func(kvstate.Change)) error
+}
+
+// Exclusive runs fn on one instance at a time, until ctx ends (a
+// lease.Lease: fn's context ends when the lease is lost, and fn runs again
+// when it is acquired again).
+type Exclusive interface {
+	Run(ctx context.Context, fn func(context.Context) error) error
+}
+
+// Shared is what [NewShared] needs: the shared tasks and the lease.
+type Shared struct {
+	Store SharedStore
+	Lease Exclusive
+}
+
+// boltStore is the tools database's bucket of tasks.
+type boltStore struct{ db *bolt.DB }
+
+func (b boltStore) All(context.Context) (map[string][]byte, error) {
+	out := make(map[string][]byte)
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		bk, err := tx.CreateBucketIfNotExists(bucketTasks)
+		if err != nil {
+			return err
+		}
+		return bk.ForEach(func(k, v []byte) error {
+			out[string(k)] = slices.Clone(v)
+			return nil
+		})
+	})
+	return out, err
+}
+
+func (b boltStore) Put(_ context.Context, key string, value []byte) (uint64, error) {
+	return 0, b.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketTasks).Put([]byte(key), value) })
+}
+
+func (b boltStore) Delete(_ context.Context, key string) error {
+	return b.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketTasks).Delete([]byte(key)) })
+}
 
 // Task is one scheduled task as stored.
 type Task struct {
@@ -125,14 +199,16 @@ func (t *Task) spec(def *time.Location) (*spec, error) {
 // Scheduler stores tasks and publishes their runs. It is safe for
 // concurrent use; Run is its lifecycle.
 type Scheduler struct {
-	db   *bolt.DB
-	pub  tools.Publisher
-	subj bus.Subjects
-	cfg  tools.ScheduleConfig
-	loc  *time.Location
-	log  *slog.Logger
-	now  func() time.Time
-	wake chan struct{}
+	store  Store
+	shared *Shared // nil: one instance
+	loaded chan struct{}
+	pub    tools.Publisher
+	subj   bus.Subjects
+	cfg    tools.ScheduleConfig
+	loc    *time.Location
+	log    *slog.Logger
+	now    func() time.Time
+	wake   chan struct{}
 
 	// afterPublish (tests) runs between a run's publish and its record;
 	// an error skips the record, as a crash would.
@@ -142,12 +218,50 @@ type Scheduler struct {
 	tasks map[string]*Task     // by id
 	retry map[string]time.Time // task id → earliest retry after a failed publish
 	fails map[string]int
+	revs  map[string]uint64 // shared: the revision of each task held (tombstone: a task deleted here)
 }
+
+// tombstone is the revision of a task this instance deleted: older
+// changes of it that the watch shows afterwards are ignored.
+const tombstone = ^uint64(0)
 
 // New loads the tasks stored in db (creating the bucket) and returns the
 // scheduler; runs are published through pub on subj's inbound subjects.
 // db stays the caller's to close, after Run returned. A nil log discards.
 func New(db *bolt.DB, pub tools.Publisher, subj bus.Subjects, cfg tools.ScheduleConfig, log *slog.Logger) (*Scheduler, error) {
+	s, err := build(boltStore{db}, pub, subj, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	all, err := s.store.All(context.Background())
+	if err != nil {
+		return nil, fmt.Errorf("schedule: load tasks: %w", err)
+	}
+	for k, v := range all {
+		if t := s.decode(k, v); t != nil {
+			s.tasks[t.ID] = t
+		}
+	}
+	close(s.loaded)
+	return s, nil
+}
+
+// NewShared returns the scheduler of one of several instances: the tasks
+// are sh.Store's (loaded and followed by Run) and Run fires them only
+// while holding sh.Lease. Until Run has read the store, the tool waits.
+func NewShared(sh Shared, pub tools.Publisher, subj bus.Subjects, cfg tools.ScheduleConfig, log *slog.Logger) (*Scheduler, error) {
+	if sh.Store == nil || sh.Lease == nil {
+		return nil, errors.New("schedule: a shared scheduler needs its store and its lease")
+	}
+	s, err := build(sh.Store, pub, subj, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	s.shared = &sh
+	return s, nil
+}
+
+func build(st Store, pub tools.Publisher, subj bus.Subjects, cfg tools.ScheduleConfig, log *slog.Logger) (*Scheduler, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -166,35 +280,103 @@ func New(db *bolt.DB, pub tools.Publisher, subj bus.Subjects, cfg tools.Schedule
 		}
 		loc = l
 	}
-	s := &Scheduler{db: db, pub: pub, subj: subj, cfg: cfg, loc: loc, log: log, now: time.Now,
-		wake: make(chan struct{}, 1), tasks: make(map[string]*Task), retry: make(map[string]time.Time), fails: make(map[string]int)}
-	err := db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(bucketTasks)
-		if err != nil {
-			return err
-		}
-		return b.ForEach(func(k, v []byte) error {
-			t := new(Task)
-			if err := json.Unmarshal(v, t); err != nil {
-				log.Warn("schedule: unreadable task skipped", "key", string(k), "err", err)
-				return nil
-			}
-			if _, err := t.spec(loc); err != nil {
-				log.Warn("schedule: task with an invalid schedule skipped", "task", t.ID, "err", err)
-				return nil
-			}
-			s.tasks[t.ID] = t
-			return nil
-		})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("schedule: load tasks: %w", err)
-	}
-	return s, nil
+	return &Scheduler{store: st, loaded: make(chan struct{}), pub: pub, subj: subj, cfg: cfg, loc: loc, log: log, now: time.Now,
+		wake: make(chan struct{}, 1), tasks: make(map[string]*Task), retry: make(map[string]time.Time), fails: make(map[string]int),
+		revs: make(map[string]uint64)}, nil
 }
 
-// Run publishes due runs until ctx is cancelled, then returns nil.
+// decode reads a stored task; an unreadable one, or one with an invalid
+// schedule, is logged and skipped (nil).
+func (s *Scheduler) decode(key string, v []byte) *Task {
+	t := new(Task)
+	if err := json.Unmarshal(v, t); err != nil {
+		s.log.Warn("schedule: unreadable task skipped", "key", key, "err", err)
+		return nil
+	}
+	if _, err := t.spec(s.loc); err != nil {
+		s.log.Warn("schedule: task with an invalid schedule skipped", "task", t.ID, "err", err)
+		return nil
+	}
+	return t
+}
+
+// Run publishes due runs until ctx is cancelled, then returns nil. A
+// shared scheduler also follows the store's changes all along, and
+// publishes only while it holds the lease.
 func (s *Scheduler) Run(ctx context.Context) error {
+	if s.shared == nil {
+		return s.loop(ctx)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { s.follow(gctx); return nil })
+	g.Go(func() error {
+		select {
+		case <-gctx.Done():
+			return nil
+		case <-s.loaded:
+		}
+		return s.shared.Lease.Run(gctx, s.loop)
+	})
+	return g.Wait()
+}
+
+// follow applies the shared store's changes to the tasks held until ctx
+// ends, watching again after a failure.
+func (s *Scheduler) follow(ctx context.Context) {
+	_ = retry.Do(ctx, retry.Policy{Schedule: retry.Exponential(watchFirst, watchMax)}, func(ctx context.Context, _ int) error {
+		err := s.shared.Store.Watch(ctx, s.apply)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("the watch ended")
+		}
+		s.log.Warn("schedule: lost track of the shared tasks; following them again", "err", err)
+		return err
+	})
+}
+
+// apply is one change of the shared store.
+func (s *Scheduler) apply(c kvstate.Change) {
+	if c.Synced {
+		select {
+		case <-s.loaded:
+		default:
+			close(s.loaded)
+		}
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.poke()
+	if c.Deleted {
+		delete(s.tasks, c.Key)
+		delete(s.retry, c.Key)
+		delete(s.fails, c.Key)
+		delete(s.revs, c.Key)
+		return
+	}
+	if c.Revision <= s.revs[c.Key] {
+		return // this instance's own write, or older than what it holds
+	}
+	if t := s.decode(c.Key, c.Value); t != nil && t.ID == c.Key {
+		s.tasks[t.ID] = t
+		s.revs[t.ID] = c.Revision
+	}
+}
+
+// waitLoaded waits until the tasks were read from the store.
+func (s *Scheduler) waitLoaded(ctx context.Context) error {
+	select {
+	case <-s.loaded:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("schedule: the scheduled tasks are not loaded yet: %w", ctx.Err())
+	}
+}
+
+// loop publishes due runs until ctx is cancelled, then returns nil.
+func (s *Scheduler) loop(ctx context.Context) error {
 	for {
 		next := s.fireDue(ctx)
 		wait := maxSleep
@@ -286,7 +468,7 @@ func (s *Scheduler) fire(ctx context.Context, t *Task, now time.Time) {
 	}
 	s.log.Info("scheduled task run", "task", t.ID, "due", due, "channel", t.Channel, "msg_id", in.DedupKey())
 	failpoint.Hit(failpoint.ScheduleFire)
-	if err := s.record(t.ID, due); err != nil {
+	if err := s.record(ctx, t.ID, due); err != nil {
 		// The run was published; the next attempt republishes the same
 		// id, which the bus and the runtime drop.
 		s.log.Error("schedule: run published but not recorded", "task", t.ID, "due", due, "err", err)
@@ -317,7 +499,7 @@ func (s *Scheduler) envelope(t *Task, due, now time.Time) bus.Inbound {
 // record notes that the run due at due was published: the task's next due
 // time moves past now (missed times are skipped), or a one-off task is
 // removed.
-func (s *Scheduler) record(id string, due time.Time) error {
+func (s *Scheduler) record(ctx context.Context, id string, due time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur, ok := s.tasks[id]
@@ -330,28 +512,39 @@ func (s *Scheduler) record(id string, due time.Time) error {
 	if sp, err := t.spec(s.loc); err == nil {
 		t.Next = following(sp, due, s.now())
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketTasks)
-		if t.Next.IsZero() {
-			return b.Delete([]byte(id))
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	rev := tombstone
+	if t.Next.IsZero() {
+		if err := s.store.Delete(ctx, id); err != nil {
+			return err
 		}
+	} else {
 		data, err := json.Marshal(&t)
+		if err == nil {
+			rev, err = s.store.Put(ctx, id, data)
+		}
 		if err != nil {
 			return err
 		}
-		return b.Put([]byte(id), data)
-	})
-	if err != nil {
-		return err
 	}
 	delete(s.retry, id)
 	delete(s.fails, id)
+	s.held(id, rev)
 	if t.Next.IsZero() {
 		delete(s.tasks, id)
 	} else {
 		s.tasks[id] = &t
 	}
 	return nil
+}
+
+// held notes the revision of what this instance wrote of task id
+// (tombstone for a deletion); s.mu is held.
+func (s *Scheduler) held(id string, rev uint64) {
+	if s.shared != nil {
+		s.revs[id] = max(s.revs[id], rev)
+	}
 }
 
 // following is the first due time after due that is also after now.
@@ -373,7 +566,7 @@ func following(sp *spec, due, now time.Time) time.Time {
 }
 
 // add stores a new task.
-func (s *Scheduler) add(t *Task) error {
+func (s *Scheduler) add(ctx context.Context, t *Task) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
@@ -389,18 +582,18 @@ func (s *Scheduler) add(t *Task) error {
 	if err != nil {
 		return err
 	}
-	if err := s.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketTasks).Put([]byte(t.ID), data)
-	}); err != nil {
+	rev, err := s.store.Put(ctx, t.ID, data)
+	if err != nil {
 		return fmt.Errorf("schedule: store task: %w", err)
 	}
+	s.held(t.ID, rev)
 	s.tasks[t.ID] = t
 	s.poke()
 	return nil
 }
 
 // remove deletes a task of owner; it reports false when there is none.
-func (s *Scheduler) remove(id string, owner tools.Session) (bool, error) {
+func (s *Scheduler) remove(ctx context.Context, id string, owner tools.Session) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.tasks[id]
@@ -410,11 +603,10 @@ func (s *Scheduler) remove(id string, owner tools.Session) (bool, error) {
 	if t.Channel != owner.Channel || t.UserID != owner.UserID {
 		return false, fmt.Errorf("%w: task %s belongs to another user", tools.ErrDenied, id)
 	}
-	if err := s.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketTasks).Delete([]byte(id))
-	}); err != nil {
+	if err := s.store.Delete(ctx, id); err != nil {
 		return false, fmt.Errorf("schedule: delete task: %w", err)
 	}
+	s.held(id, tombstone)
 	delete(s.tasks, id)
 	delete(s.retry, id)
 	delete(s.fails, id)

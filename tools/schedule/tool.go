@@ -66,9 +66,12 @@ func (t *scheduleTool) Run(ctx context.Context, call tools.Call) (tools.Result, 
 	if err := ctx.Err(); err != nil {
 		return tools.Result{}, err
 	}
+	if err := t.s.waitLoaded(ctx); err != nil {
+		return tools.Result{}, err
+	}
 	switch a.Action {
 	case "create":
-		return t.create(sess, a)
+		return t.create(ctx, sess, a)
 	case "list":
 		if a.Prompt != "" || a.At != "" || a.Every != "" || a.Cron != "" || a.ID != "" || a.Timezone != "" {
 			return tools.Result{}, fmt.Errorf("%w: list takes no other arguments", tools.ErrBadArgs)
@@ -78,7 +81,7 @@ func (t *scheduleTool) Run(ctx context.Context, call tools.Call) (tools.Result, 
 		if a.ID == "" {
 			return tools.Result{}, fmt.Errorf("%w: delete needs id (see action list)", tools.ErrBadArgs)
 		}
-		ok, err := t.s.remove(a.ID, sess)
+		ok, err := t.s.remove(ctx, a.ID, sess)
 		if err != nil {
 			return tools.Result{}, err
 		}
@@ -92,7 +95,7 @@ func (t *scheduleTool) Run(ctx context.Context, call tools.Call) (tools.Result, 
 	return tools.Result{}, fmt.Errorf("%w: action must be create, list or delete, got %q", tools.ErrBadArgs, a.Action)
 }
 
-func (t *scheduleTool) create(sess tools.Session, a scheduleArgs) (tools.Result, error) {
+func (t *scheduleTool) create(ctx context.Context, sess tools.Session, a scheduleArgs) (tools.Result, error) {
 	s := t.s
 	if a.ID != "" {
 		return tools.Result{}, fmt.Errorf("%w: id is for delete; a new task gets its own", tools.ErrBadArgs)
@@ -160,7 +163,7 @@ func (t *scheduleTool) create(sess tools.Session, a scheduleArgs) (tools.Result,
 		}
 		task.Kind, task.Cron, task.Next = KindCron, strings.TrimSpace(a.Cron), next.UTC()
 	}
-	if err := s.add(task); err != nil {
+	if err := s.add(ctx, task); err != nil {
 		return tools.Result{}, err
 	}
 	return tools.Result{Text: fmt.Sprintf("scheduled task %s (%s); next run %s", task.ID, task.describe(), s.when(task, task.Next))}, nil

@@ -58,6 +58,12 @@ type Config struct {
 	DataDir string
 	// Version is the daemon's version, told to MCP servers.
 	Version string
+	// ScheduleStore and ScheduleLease, when set (memory.store jetstream:
+	// the schedules bucket and the "scheduler" lease), keep the scheduled
+	// tasks where every instance sees them and fire them on one instance
+	// at a time (schedule.NewShared); nil: tools.db.
+	ScheduleStore schedule.SharedStore
+	ScheduleLease schedule.Exclusive
 }
 
 // Publisher is what the tools need of the bus: a durable publish that
@@ -132,7 +138,13 @@ func assemble(cfg Config, ws *workspace.Workspace, db *bolt.DB, pub Publisher, l
 		return nil, err
 	}
 	s := &Set{db: db, CallTimeout: CallTimeout(cfg)}
-	if s.sched, err = schedule.New(db, pub, subj, cfg.Tools.Schedule, log.With("component", "schedule")); err != nil {
+	if cfg.ScheduleStore != nil {
+		s.sched, err = schedule.NewShared(schedule.Shared{Store: cfg.ScheduleStore, Lease: cfg.ScheduleLease}, pub, subj,
+			cfg.Tools.Schedule, log.With("component", "schedule"))
+	} else {
+		s.sched, err = schedule.New(db, pub, subj, cfg.Tools.Schedule, log.With("component", "schedule"))
+	}
+	if err != nil {
 		return nil, err
 	}
 	list := files.New(ws, files.WithGuard(p.Guard))
