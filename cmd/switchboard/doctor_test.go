@@ -104,8 +104,8 @@ func TestDoctorLiveAllGreen(t *testing.T) {
 	model.Enqueue(llmtest.ToolCallReply("ping", `{}`))
 	code, out = runDoctor(t, path, "--json")
 	var rep struct {
-		Mode   string
-		Checks []struct{ Name, Status, Detail string }
+		Mode     string
+		Checks   []struct{ Name, Status, Detail string }
 		Failures int
 	}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || rep.Mode != "live" || rep.Failures != 0 {

@@ -122,7 +122,7 @@ type report struct {
 	json bool
 
 	Problems []string     `json:"problems,omitempty"` // of an invalid config
-	Mode     string       `json:"mode,omitempty"` // live or offline
+	Mode     string       `json:"mode,omitempty"`     // live or offline
 	Checks   []jsonResult `json:"checks"`
 	Warnings int          `json:"warnings"`
 	Failures int          `json:"failures"`

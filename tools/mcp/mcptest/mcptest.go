@@ -91,4 +91,3 @@ func Server() *sdk.Server {
 	})
 	return s
 }
-
