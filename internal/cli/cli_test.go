@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -138,5 +139,104 @@ func TestWantsHelp(t *testing.T) {
 		if got := cli.WantsHelp(tt.args); got != tt.want {
 			t.Errorf("WantsHelp(%q) = %v", tt.args, got)
 		}
+	}
+}
+
+// shellScript writes the completion script of shell to a temporary file.
+func shellScript(t *testing.T, shell string) (dir, path string) {
+	t.Helper()
+	var b bytes.Buffer
+	if err := cli.Completion(&b, shell); err != nil {
+		t.Fatal(err)
+	}
+	dir = t.TempDir()
+	path = filepath.Join(dir, "switchboard."+shell)
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config-prod.yaml"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, path
+}
+
+// TestFishCompletionWorks completes command lines with fish's own
+// `complete -C` after sourcing the script.
+func TestFishCompletionWorks(t *testing.T) {
+	fish, err := exec.LookPath("fish")
+	if err != nil {
+		t.Skip("no fish")
+	}
+	dir, path := shellScript(t, "fish")
+	for _, tt := range []struct{ line, want string }{
+		{"switchboard hi", "history"},
+		{"switchboard history ", "compact export list reset"},
+		{"switchboard history export --", "--config --help --out --session"},
+		{"switchboard bus tail --config config-", "config-prod.yaml"},
+		{"switchboard --config x.yaml bus t", "tail"},
+		{"switchboard check --", "--config --help --json"},
+		{"switchboard completion ", "bash fish zsh"},
+	} {
+		t.Run(tt.line, func(t *testing.T) {
+			cmd := exec.CommandContext(t.Context(), fish, "--no-config", "-c", "source "+path+"; complete -C '"+tt.line+"'")
+			cmd.Dir = dir
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("fish: %v\n%s", err, out)
+			}
+			var got []string
+			for l := range strings.Lines(string(out)) {
+				name, _, _ := strings.Cut(strings.TrimSpace(l), "\t")
+				got = append(got, name)
+			}
+			slices.Sort(got)
+			if g := strings.Join(got, " "); g != tt.want {
+				t.Fatalf("completing %q = %q, want %q", tt.line, g, tt.want)
+			}
+		})
+	}
+}
+
+// TestZshCompletionWorks runs the zsh script's own logic on command lines:
+// compsys's compadd, _describe, _files and _message are stubbed to print
+// what they are given (outside a completion widget they cannot run).
+func TestZshCompletionWorks(t *testing.T) {
+	zsh, err := exec.LookPath("zsh")
+	if err != nil {
+		t.Skip("no zsh")
+	}
+	_, path := shellScript(t, "zsh")
+	stubs := `compdef() { :; }
+compadd() { [[ $1 == -- ]] && shift; print -r -- "flags: $*"; }
+_describe() { local w; for w in ${(P)4}; do print -r -- "word: ${w%%:*}"; done; }
+_files() { print -r -- files; }
+_message() { print -r -- "value"; }
+t() { words=("$@"); CURRENT=${#words}; PREFIX=${words[-1]}; _switchboard; }
+`
+	for _, tt := range []struct {
+		words []string
+		want  string
+	}{
+		{[]string{"switchboard", "history", ""}, "word: list\nword: export\nword: reset\nword: compact"},
+		{[]string{"switchboard", "history", "export", "--"}, "flags: --config --session --out --help"},
+		{[]string{"switchboard", "bus", "tail", "--config", ""}, "files"},
+		{[]string{"switchboard", "--config", "x.yaml", "bus", ""}, "word: tail\nword: context"},
+		{[]string{"switchboard", "bench", "--chats", ""}, "value"},
+		{[]string{"switchboard", "check", "-"}, "flags: --config --json --help"},
+	} {
+		t.Run(strings.Join(tt.words, "_"), func(t *testing.T) {
+			var q []string
+			for _, w := range tt.words {
+				q = append(q, "'"+w+"'")
+			}
+			prog := stubs + "source " + path + "\n" + "t " + strings.Join(q, " ") + "\n"
+			out, err := exec.CommandContext(t.Context(), zsh, "-f", "-c", prog).CombinedOutput()
+			if err != nil {
+				t.Fatalf("zsh: %v\n%s", err, out)
+			}
+			if got := strings.TrimSpace(string(out)); got != tt.want {
+				t.Fatalf("completing %q:\n%s\nwant:\n%s", tt.words, got, tt.want)
+			}
+		})
 	}
 }
