@@ -107,7 +107,7 @@ func (l Live) checks(configFile string) []Check {
 	}
 }
 
-// get GETs base+path within askTimeout and returns the status and body.
+// get GETs url within askTimeout and returns the status and body.
 func get(ctx context.Context, url string) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, askTimeout)
 	defer cancel()
@@ -115,7 +115,10 @@ func get(ctx context.Context, url string) (int, []byte, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.DisableKeepAlives = true // one request: leave no idle connection behind
+	defer transport.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: transport}).Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
