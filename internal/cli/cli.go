@@ -26,6 +26,8 @@ type Flag struct {
 	// Arg is the value's placeholder ("FILE", "ID"); "" for a boolean
 	// flag. A placeholder of FILE or DIR completes file names.
 	Arg string
+	// Required shows the flag without brackets in the synopsis.
+	Required bool
 }
 
 // Verb is one verb (or subverb) of switchboard.
@@ -114,11 +116,11 @@ var Verbs = []Verb{
 				About: "Lists the stored sessions.", Examples: []string{"switchboard history list"}},
 			{Name: "export", Summary: "write a session's whole history as JSON Lines (oldest first; default stdout)",
 				About:    "Writes a session's whole history as JSON Lines: one message per line, oldest\nfirst, to --out or standard output.",
-				Flags:    []Flag{configFlag, {Name: "session", Arg: "KEY"}, {Name: "out", Arg: "FILE"}},
+				Flags:    []Flag{configFlag, {Name: "session", Arg: "KEY", Required: true}, {Name: "out", Arg: "FILE"}},
 				Examples: []string{"switchboard history export --session telegram/123456 --out chat.jsonl"}},
 			{Name: "reset", Summary: "delete a session's history, summary and stored answers (receipts)",
 				About:    "Deletes a session's history, summary and stored answers (receipts).",
-				Flags:    []Flag{configFlag, {Name: "session", Arg: "KEY"}},
+				Flags:    []Flag{configFlag, {Name: "session", Arg: "KEY", Required: true}},
 				Examples: []string{"switchboard history reset --session telegram/123456"}},
 			{Name: "compact", Summary: "rewrite history.db without its free space (bbolt files never shrink by themselves)",
 				About: "Rewrites history.db without its free space: bbolt files never shrink by\nthemselves.", Flags: []Flag{configFlag},
@@ -212,11 +214,14 @@ func (v Verb) synopsis() string {
 		parts = append(parts, strings.Join(names, "|"))
 	}
 	for _, f := range v.Flags {
-		if f.Arg == "" {
-			parts = append(parts, "["+dashed(f)+"]")
-		} else {
-			parts = append(parts, "["+dashed(f)+" "+f.Arg+"]")
+		p := dashed(f)
+		if f.Arg != "" {
+			p += " " + f.Arg
 		}
+		if !f.Required {
+			p = "[" + p + "]"
+		}
+		parts = append(parts, p)
 	}
 	if v.Args != "" {
 		parts = append(parts, v.Args)
@@ -272,7 +277,7 @@ func Help(w io.Writer, fs *flag.FlagSet, path ...string) {
 	if len(v.Subs) > 0 {
 		fmt.Fprint(w, "\nSubcommands:\n")
 		for _, s := range v.Subs {
-			fmt.Fprintf(w, "  %-10s %s\n", s.Name, s.Summary)
+			fmt.Fprintf(w, "  %s\n        %s\n", strings.TrimSpace(s.Name+" "+s.synopsis()), s.Summary)
 		}
 		fmt.Fprintf(w, "\nswitchboard %s SUBCOMMAND -h shows a subcommand's flags and examples.\n", name)
 	}

@@ -121,7 +121,7 @@ func TestLookupAndHelp(t *testing.T) {
 	fs.String("session", "", "session key (required)")
 	var b bytes.Buffer
 	cli.Help(&b, fs, "history", "export")
-	for _, want := range []string{"Usage: switchboard history export [--config FILE] [--session KEY] [--out FILE]", "-session string", "session key (required)", "Examples:\n  switchboard history export --session"} {
+	for _, want := range []string{"Usage: switchboard history export [--config FILE] --session KEY [--out FILE]", "-session string", "session key (required)", "Examples:\n  switchboard history export --session"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("help lacks %q:\n%s", want, b.String())
 		}
