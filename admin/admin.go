@@ -1,7 +1,8 @@
 // Package admin is Switchboard's operator HTTP server: liveness (GET
-// /healthz), readiness (GET /readyz) backed by a registry that the daemon's
-// components report into, and a mux that later features (metrics, debug
-// endpoints) mount handlers on.
+// /healthz), readiness (GET /readyz; GET /readyz?format=json lists every
+// component with its state, for `switchboard doctor`) backed by a registry
+// that the daemon's components report into, and a mux that later features
+// (metrics, the MCP servers' status at /mcp) mount handlers on.
 //
 // The server listens on admin.listen (default 127.0.0.1:9090); an empty
 // address turns it off while keeping the readiness registry usable;
@@ -10,6 +11,7 @@ package admin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -59,6 +61,20 @@ func (c Config) Validate() error {
 		return fmt.Errorf("admin.listen: port must be a number between 0 and 65535, got %q", c.Listen)
 	}
 	return nil
+}
+
+// Readiness is the body of GET /readyz?format=json.
+type Readiness struct {
+	Ready      bool        `json:"ready"`
+	Components []Component `json:"components"`
+}
+
+// Component is one component's readiness: a part of the daemon (bus,
+// store, workspace, agent) or a channel (telegram, slack, openai).
+type Component struct {
+	Name   string `json:"name"`
+	Ready  bool   `json:"ready"`
+	Reason string `json:"reason,omitempty"` // why it is not ready
 }
 
 // Server is the admin HTTP server and readiness registry.
@@ -234,7 +250,25 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
-func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+// Components returns every component expected or reported so far with
+// its state, by name: what GET /readyz?format=json shows.
+func (s *Server) Components() []Component {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Component, 0, len(s.known))
+	for c := range s.known {
+		reason, pending := s.pending[c]
+		out = append(out, Component{Name: c, Ready: !pending, Reason: oneLine(reason)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Get("format") == "json" {
+		s.readyzJSON(w)
+		return
+	}
 	pending := s.NotReady()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
@@ -254,6 +288,21 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	}
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_, _ = w.Write([]byte(b.String()))
+}
+
+// readyzJSON answers GET /readyz?format=json: a [Readiness], status 200
+// when every component is ready, else 503.
+func (s *Server) readyzJSON(w http.ResponseWriter) {
+	rd := Readiness{Ready: true, Components: s.Components()}
+	for _, c := range rd.Components {
+		rd.Ready = rd.Ready && c.Ready
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if !rd.Ready {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_ = json.NewEncoder(w).Encode(rd)
 }
 
 // oneLine keeps a reason on one line of the /readyz body.

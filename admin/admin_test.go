@@ -357,3 +357,22 @@ func TestRunDisabled(t *testing.T) {
 		t.Fatalf("disabled Run = %v, want nil", err)
 	}
 }
+
+// TestReadyzJSON: ?format=json lists every component, ready or not, with
+// its reason on one line; the status code is /readyz's.
+func TestReadyzJSON(t *testing.T) {
+	s := New(Config{}, nil)
+	s.Expect("bus", "agent")
+	s.SetReady("bus", nil)
+	s.SetReady("telegram", errors.New("getMe:\n  401 Unauthorized"))
+	code, body := get(t, s.Handler(), "/readyz?format=json")
+	want := `{"ready":false,"components":[{"name":"agent","ready":false,"reason":"starting"},{"name":"bus","ready":true},{"name":"telegram","ready":false,"reason":"getMe: 401 Unauthorized"}]}` + "\n"
+	if code != http.StatusServiceUnavailable || body != want {
+		t.Fatalf("GET /readyz?format=json = %d %s, want 503 %s", code, body, want)
+	}
+	s.SetReady("agent", nil)
+	s.SetReady("telegram", nil)
+	if code, body := get(t, s.Handler(), "/readyz?format=json"); code != http.StatusOK || !strings.HasPrefix(body, `{"ready":true,`) {
+		t.Fatalf("all ready: GET /readyz?format=json = %d %s", code, body)
+	}
+}

@@ -27,16 +27,17 @@ const (
 // returns two results. "LLM": the endpoint's model list (GET
 // <base>/models) is reachable, accepts the key and lists cfg.Model (a
 // warning when it does not, or when no model is configured). "LLM call":
-// once the endpoint passed, one tiny streaming request offering one tool
-// (no retries, at most 30s), a warning when the model answers without
-// calling it (the agent could then only chat, not act); skipped
-// otherwise. Each detail says what to change, naming the OPENAI_*
+// once the endpoint answered (a model missing from its list included:
+// lists are often incomplete, the request tells), one tiny streaming
+// request offering one tool (no retries, at most 30s), a warning when the
+// model answers without calling it (the agent could then only chat, not
+// act); skipped when the endpoint failed or no model is configured. Each detail says what to change, naming the OPENAI_*
 // variables, the llm.* keys and configFile; it never shows the API key or
 // URL credentials.
 func Probe(ctx context.Context, cfg Config, configFile string) []health.Result {
 	models := probeModels(ctx, cfg, configFile)
 	call := health.Result{Name: "LLM call", Status: health.Skip, Detail: "not tried: the endpoint check did not pass"}
-	if models.Status == health.OK {
+	if models.Status == health.OK || models.Status == health.Warn && cfg.Configured() {
 		call = probeCall(ctx, cfg)
 	}
 	return []health.Result{models, call}

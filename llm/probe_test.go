@@ -67,3 +67,23 @@ func TestBodyHint(t *testing.T) {
 		t.Errorf("bodyHint(spaces) = %q, want \": a b\"", got)
 	}
 }
+
+// TestProbeCallsModelMissingFromList: a model the endpoint does not list
+// is a warning, and the real tool-call request is still made (servers list
+// aliases incompletely; the request tells whether the model answers).
+func TestProbeCallsModelMissingFromList(t *testing.T) {
+	srv := llmtest.NewServer(t, llmtest.WithModels("other-model"))
+	cfg := llm.DefaultConfig()
+	cfg.BaseURL, cfg.APIKey, cfg.Model = srv.URL(), "k", "unlisted-model"
+	srv.Enqueue(llmtest.ToolCallReply("ping", `{}`))
+	rs := llm.Probe(t.Context(), cfg, "config.yaml")
+	if len(rs) != 2 || rs[0].Status != health.Warn || !strings.Contains(rs[0].Detail, `model "unlisted-model" is not among the 1 it lists`) {
+		t.Fatalf("Probe = %+v", rs)
+	}
+	if rs[1].Name != "LLM call" || rs[1].Status != health.OK || !strings.Contains(rs[1].Detail, "makes tool calls") {
+		t.Fatalf("Probe call with an unlisted model = %+v, want the request made", rs[1])
+	}
+	if n := len(srv.Requests()); n != 1 {
+		t.Fatalf("%d chat requests, want 1", n)
+	}
+}

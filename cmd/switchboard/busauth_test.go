@@ -265,17 +265,24 @@ func TestBusContextVerb(t *testing.T) {
 }
 
 // TestCheckAgainstRunningDaemon: `switchboard check` with the running
-// daemon's configuration reaches its bus with the generated operator
-// credential, as `chat` does, and says so.
+// daemon's configuration finds it (its embedded bus takes the generated
+// operator credential, as `chat` does; it has no admin listener here),
+// says so and checks it live instead of failing on its ports and files.
 func TestCheckAgainstRunningDaemon(t *testing.T) {
 	cfg := testConfig(t, "http://127.0.0.1:1/v1")
 	cfg.Bus.Listen = freePort(t)
 	startDaemon(t, cfg)
 	env := checkEnv{busListen: cfg.Bus.Listen, dataDir: cfg.DataDir}
 	_, out := runCheckFile(t, env.yaml(t))
-	wantLine(t, out, "NATS", "WARN", "embedded server: "+cfg.Bus.Listen+" is in use by a running bus that accepts this configuration's operator credential: connected to nats://"+cfg.Bus.Listen)
-	wantLine(t, out, "bus auth", "OK", "operators use the token in "+filepath.Join(cfg.DataDir, "bus-operator.token"))
-	// Another data_dir has another credential (none yet): the bus is not ours.
+	wantLine(t, out, "daemon", "OK", "running: its embedded bus nats://"+cfg.Bus.Listen+" takes the operator credential; checking it live")
+	wantLine(t, out, "lag", "OK", "consumer CHAT_IN/agent: 0 waiting")
+	wantLine(t, out, "readiness", "SKIP", "no admin listener")
+	if strings.Contains(out, "NATS") || strings.Contains(out, "data dir") {
+		t.Fatalf("offline checks ran against the running daemon:\n%s", out)
+	}
+	// Another data_dir has another credential (none yet): the bus is not
+	// ours, and the offline checks say its port is taken.
 	_, out = runCheckFile(t, checkEnv{busListen: cfg.Bus.Listen}.yaml(t))
+	wantLine(t, out, "daemon", "SKIP", "not running")
 	wantLine(t, out, "NATS", "FAIL", "embedded server cannot listen on "+cfg.Bus.Listen)
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"go.uber.org/goleak"
 
+	"github.com/switchboard-chat/switchboard/internal/doctor"
+	"github.com/switchboard-chat/switchboard/internal/health"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
@@ -74,7 +76,7 @@ func runCheckFile(t *testing.T, body string, extraArgs ...string) (int, string) 
 // line returns the output line of the named check.
 func line(t *testing.T, out, name string) string {
 	t.Helper()
-	re := regexp.MustCompile(`(?m)^(OK|WARN|FAIL)\s+` + regexp.QuoteMeta(name) + `\s{2,}.*$`)
+	re := regexp.MustCompile(`(?m)^(✓|!|✗|-) ` + regexp.QuoteMeta(name) + `\s{2,}.*$`)
 	l := re.FindString(out)
 	if l == "" {
 		t.Fatalf("no %q line in output:\n%s", name, out)
@@ -85,7 +87,7 @@ func line(t *testing.T, out, name string) string {
 func wantLine(t *testing.T, out, name, status, detail string) {
 	t.Helper()
 	l := line(t, out, name)
-	if !strings.HasPrefix(l, status+" ") || !strings.Contains(l, detail) {
+	if !strings.HasPrefix(l, doctor.Symbol(health.Status(status))+" ") || !strings.Contains(l, detail) {
 		t.Fatalf("%s line = %q, want status %s and %q; output:\n%s", name, l, status, detail, out)
 	}
 }
@@ -331,10 +333,10 @@ func TestCheckArguments(t *testing.T) {
 		wantCode int
 		wantOut  string
 	}{
-		{name: "missing file", args: []string{"--config", missing}, wantCode: 2, wantOut: "FAIL  config     config: file " + missing + " does not exist"},
+		{name: "missing file", args: []string{"--config", missing}, wantCode: 2, wantOut: "✗ config        config: file " + missing + " does not exist"},
 		{name: "unknown flag", args: []string{"--nope"}, wantCode: 2, wantOut: "flag provided but not defined: -nope"},
-		{name: "extra argument", args: []string{"--config", missing, "extra"}, wantCode: 2, wantOut: `switchboard check: unexpected argument "extra"`},
-		{name: "help", args: []string{"-h"}, wantCode: 0, wantOut: "Usage: switchboard check [--config FILE]"},
+		{name: "extra argument", args: []string{"--config", missing, "extra"}, wantCode: 2, wantOut: `switchboard doctor: unexpected argument "extra"`},
+		{name: "help", args: []string{"-h"}, wantCode: 0, wantOut: "Usage: switchboard doctor [--config FILE] [--json]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,34 +6,16 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/switchboard-chat/switchboard/internal/cli"
 	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/memory/boltstore"
 )
-
-// historyUsage describes the history verbs.
-const historyUsage = `Usage: switchboard history <subcommand> [--config FILE] [flags]
-
-Work on the conversation history (data_dir/history.db). The daemon must be
-stopped: it holds the file's lock while it runs.
-
-  list                            list the stored sessions
-  export --session KEY [--out FILE]
-                                  write a session's whole history as JSON Lines
-                                  (one message per line, oldest first; default stdout)
-  reset --session KEY             delete a session's history, summary and stored answers
-                                  (receipts; run it while the daemon is stopped)
-  compact                         rewrite history.db without its free space
-                                  (bbolt files never shrink by themselves)
-
-Session keys look like telegram/123456 or slack/C0123/1700000000.000100;
-see "history list".
-`
 
 // runHistory implements `switchboard history list|export|reset|compact`:
 // it parses the flags and lets boltstore.History do the verb.
 func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stdout, historyUsage)
+		cli.Help(stdout, nil, "history")
 		if len(args) == 0 {
 			return fmt.Errorf("%w: history: want a subcommand: list, export, reset or compact", errUsage)
 		}

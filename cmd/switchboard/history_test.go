@@ -178,7 +178,7 @@ func TestHistoryUsage(t *testing.T) {
 		want string
 	}{
 		{[]string{"history"}, 2, "want a subcommand"},
-		{[]string{"history", "help"}, 0, "export --session KEY"},
+		{[]string{"history", "help"}, 0, "export [--config FILE] --session KEY [--out FILE]"},
 		{[]string{"history", "shrink"}, 2, `unknown subcommand "shrink"`},
 		{[]string{"history", "export", "--config", cfg}, 2, "--session is required"},
 		{[]string{"history", "reset", "--config", cfg, "--session", "a\x00b"}, 2, "NUL"},

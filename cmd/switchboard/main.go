@@ -1,9 +1,9 @@
 // Command switchboard is the Switchboard chatbot daemon and its tools:
 // the daemon itself (serve, the default verb), the terminal chat, the
-// configuration check, the bus's tail and nats CLI context, stored
-// history, a self-contained demo and benchmark, the container health
-// check and the version. `switchboard help` lists them with their flags
-// (usage below).
+// doctor (check), the bus's tail and nats CLI context, stored history, a
+// self-contained demo and benchmark, the container health check, shell
+// completion and the version. The verbs, their flags and examples are
+// described once, in package internal/cli (help, -h, completion).
 //
 // This folder is wiring only: it parses flags, loads the configuration
 // (package config), builds the parts from their packages and runs them.
@@ -20,6 +20,7 @@ import (
 	"syscall"
 
 	"github.com/switchboard-chat/switchboard/internal/buildinfo"
+	"github.com/switchboard-chat/switchboard/internal/cli"
 )
 
 const defaultConfigPath = "./config.yaml"
@@ -38,13 +39,18 @@ func main() {
 }
 
 // errUsage marks a command-line mistake (exit code 2).
-var errUsage = errors.New("usage")
+var errUsage = cli.ErrUsage
 
 // run dispatches the verb and returns the process exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	verb := "serve"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+	if len(args) > 0 && cli.IsVerb(args[0]) {
 		verb, args = args[0], args[1:]
+	}
+	if cli.HelpWithoutFlags(stdout, verb, args) {
+		return 0
+	} else if cli.WantsHelp(args) {
+		stderr = stdout // asked for: the help goes to standard output
 	}
 	var err error
 	switch verb {
@@ -52,7 +58,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runServe(ctx, args, stderr)
 	case "chat":
 		err = runChat(ctx, args, stdin, stdout, stderr)
-	case "check":
+	case "doctor", "check":
 		return runCheck(ctx, args, stdout)
 	case "demo":
 		err = runDemo(ctx, args, stdin, stdout, stderr)
@@ -67,14 +73,25 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return 0
 	case "healthcheck":
 		return runHealthcheck(ctx, args, stdout, stderr)
+	case "completion":
+		err = cli.RunCompletion(args, stdout)
 	case "help", "-h", "--help":
-		usage(stdout)
+		if len(args) > 0 {
+			return run(ctx, append(args, "-h"), stdin, stdout, stderr)
+		}
+		cli.Usage(stdout)
 		return 0
 	default:
 		fmt.Fprintf(stderr, "switchboard: unknown verb %q\n\n", verb)
-		usage(stderr)
+		cli.Usage(stderr)
 		return 2
 	}
+	return exitCode(err, stderr)
+}
+
+// exitCode reports err on stderr and returns the exit code: 0 for none
+// or -h, 2 for a usage error, 1 otherwise.
+func exitCode(err error, stderr io.Writer) int {
 	switch {
 	case err == nil:
 		return 0
@@ -89,40 +106,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 }
 
-func usage(w io.Writer) {
-	fmt.Fprint(w, `Switchboard — a chatbot daemon driven by a message queue.
-
-Usage:
-  switchboard [serve] [--config FILE]              run the daemon (default: ./config.yaml)
-  switchboard chat [--config FILE] [--chat ID] [--url URL]
-                                                   chat with a running daemon over the bus
-  switchboard check [--config FILE]                validate the config and reach its dependencies
-  switchboard bus tail [--config FILE] [--channel NAME] [--url URL]
-                                                   print inbound, outbound, event and dead-letter traffic live
-  switchboard bus context [--config FILE] [--name NAME]
-                                                   write a nats CLI context that reaches the bus as an operator
-  switchboard history list|export|reset|compact [--config FILE] [--session KEY] [--out FILE]
-                                                   list, export (JSON Lines), reset or compact stored history (daemon stopped)
-  switchboard demo                                 a self-contained demo with a scripted model
-  switchboard bench [--chats N] [--messages M] [--rate R] [--json FILE] [--compare FILE]
-                                                   load a throw-away daemon (scripted model) and print turns/s, latency, memory
-  switchboard healthcheck [--config FILE | --url URL]
-                                                   exit 0 when GET /healthz answers 200 (for containers)
-  switchboard version                              print the version
-
-chat, bus tail and bus context log in as the bus operator: with bus.admin, or
-with the token the daemon generates at its first start in
-data_dir/bus-operator.token. --url connects elsewhere, credentials in the URL
-(nats://TOKEN@host:4222, nats://user:password@host:4222).
-`)
-}
-
 // configFlag registers --config on fs.
 func configFlag(fs *flag.FlagSet) *string {
 	return fs.String("config", defaultConfigPath, "configuration file")
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	cli.SetUsage(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err

@@ -151,6 +151,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	if err != nil {
 		return err
 	}
+	adm.Handle("GET /mcp", built.MCP)
 	// The tools (MCP servers, scheduler, tools.db) stop only after the
 	// manager finished its last turns.
 	toolsCtx, stopTools := context.WithCancel(context.WithoutCancel(ctx))

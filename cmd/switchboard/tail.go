@@ -9,20 +9,13 @@ import (
 
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/channels/console/tail"
+	"github.com/switchboard-chat/switchboard/internal/cli"
 )
-
-// busUsage is the help of `switchboard bus`.
-const busUsage = `Usage: switchboard bus tail|context [--config FILE] ...
-  tail [--channel NAME] [--url URL]
-           print inbound, outbound, event and dead-letter traffic live, one line per message
-  context [--name NAME]
-           write a nats CLI context (default name "switchboard") that reaches the bus as an operator
-`
 
 // runBus dispatches `switchboard bus <subcommand>`.
 func runBus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stdout, busUsage)
+		cli.Help(stdout, nil, "bus")
 		if len(args) == 0 {
 			return fmt.Errorf("%w: bus: want a subcommand: tail or context", errUsage)
 		}

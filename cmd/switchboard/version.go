@@ -23,8 +23,7 @@ func runHealthcheck(ctx context.Context, args []string, stdout, stderr io.Writer
 	path := configFlag(fs)
 	url := fs.String("url", "", "health URL (default: http://<admin.listen>/healthz from the config)")
 	if err := parseFlags(fs, args); err != nil {
-		fmt.Fprintln(stderr, "switchboard:", err)
-		return 2
+		return exitCode(err, stderr)
 	}
 	if *url == "" {
 		cfg, err := LoadConfig(*path)

@@ -1,9 +1,10 @@
 // Package health is the shape every dependency check of `switchboard
-// check` returns, and the probes several of them share.
+// doctor` (`check`) returns, and the probes several of them share.
 //
 // A check lives in the package of what it checks (llm.Probe,
 // telegram.Check, slack.Check, natsbus.Config.Check, admin.Check,
-// boltstore.CheckDataDir, workspace.Check, bash.Check) and returns a
+// boltstore.CheckDataDir, workspace.Check, mcp.Check, bash.Check;
+// internal/doctor runs them and prints the lines) and returns a
 // [Result]: the name of what was checked, a [Status] and one line of
 // detail that says what was found and, when it is not OK, what to do. A
 // check never panics nor returns an error: every outcome is a Result. It

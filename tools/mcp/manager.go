@@ -23,6 +23,7 @@ package mcp
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -53,13 +54,14 @@ const (
 )
 
 // ServerStatus describes one configured server.
+// ServeHTTP (GET /mcp on the admin listener) shows it as JSON.
 type ServerStatus struct {
-	Name     string
-	Ready    bool
-	Tools    int
-	Attempts int    // connection attempts so far
-	Error    string // the last connection error, "" when ready
-	Disabled bool
+	Name     string `json:"name"`
+	Ready    bool   `json:"ready"`
+	Tools    int    `json:"tools"`
+	Attempts int    `json:"attempts"`        // connection attempts so far
+	Error    string `json:"error,omitempty"` // the last connection error, "" when ready
+	Disabled bool   `json:"disabled,omitempty"`
 }
 
 // Manager keeps the configured MCP servers connected and their tools
@@ -123,6 +125,18 @@ func (m *Manager) Status() []ServerStatus {
 		out = append(out, *m.status[name])
 	}
 	return out
+}
+
+// ServeHTTP answers with [Manager.Status] as a JSON array: the daemon
+// mounts it at GET /mcp on the admin listener, for `switchboard doctor`.
+func (m *Manager) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	st := m.Status()
+	if st == nil {
+		st = []ServerStatus{}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(st)
 }
 
 // update changes a server's status and tools under m.mu, rebuilds the

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools/mcp/mcptest"
 )
 
 // helperEnv makes the test binary run the test MCP server over stdio.
@@ -23,77 +24,12 @@ const helperEnv = "SWITCHBOARD_MCP_TEST_SERVER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
-		if err := testServer().Run(context.Background(), &sdk.StdioTransport{}); err != nil && !errors.Is(err, context.Canceled) {
+		if err := mcptest.Server().Run(context.Background(), &sdk.StdioTransport{}); err != nil && !errors.Is(err, context.Canceled) {
 			os.Exit(3)
 		}
 		os.Exit(0)
 	}
 	goleak.VerifyTestMain(m)
-}
-
-var pngBytes = []byte("\x89PNG\r\n\x1a\nfake")
-
-type echoIn struct {
-	Text string `json:"text"`
-}
-type addIn struct {
-	A int `json:"a"`
-	B int `json:"b"`
-}
-type addOut struct {
-	Sum int `json:"sum"`
-}
-type none struct{}
-
-func text(s string) *sdk.CallToolResult {
-	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: s}}}
-}
-
-// testServer is the MCP server the tests talk to, over stdio (in a child
-// process) and over HTTP (in-process).
-func testServer() *sdk.Server {
-	s := sdk.NewServer(&sdk.Implementation{Name: "test-server", Version: "1"}, nil)
-	sdk.AddTool(s, &sdk.Tool{Name: "echo", Description: "Echo the text."}, func(_ context.Context, _ *sdk.CallToolRequest, in echoIn) (*sdk.CallToolResult, any, error) {
-		return text("echo: " + in.Text), nil, nil
-	})
-	sdk.AddTool(s, &sdk.Tool{Name: "add", Description: "Add two numbers."}, func(_ context.Context, _ *sdk.CallToolRequest, in addIn) (*sdk.CallToolResult, addOut, error) {
-		return nil, addOut{Sum: in.A + in.B}, nil
-	})
-	sdk.AddTool(s, &sdk.Tool{Name: "fail", Description: "Always fails."}, func(context.Context, *sdk.CallToolRequest, none) (*sdk.CallToolResult, any, error) {
-		return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: "it broke"}}}, nil, nil
-	})
-	sdk.AddTool(s, &sdk.Tool{Name: "image", Description: "Returns an image."}, func(context.Context, *sdk.CallToolRequest, none) (*sdk.CallToolResult, any, error) {
-		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "a picture"}, &sdk.ImageContent{Data: pngBytes, MIMEType: "image/png"}}}, nil, nil
-	})
-	sdk.AddTool(s, &sdk.Tool{Name: "slow", Description: "Never answers."}, func(ctx context.Context, _ *sdk.CallToolRequest, _ none) (*sdk.CallToolResult, any, error) {
-		<-ctx.Done()
-		return nil, nil, ctx.Err()
-	})
-	sdk.AddTool(s, &sdk.Tool{Name: "env", Description: "Shows the environment."}, func(context.Context, *sdk.CallToolRequest, none) (*sdk.CallToolResult, any, error) {
-		_, leaked := os.LookupEnv("SWITCHBOARD_TEST_SECRET_TOKEN")
-		return text("value=" + os.Getenv("MCP_TEST_VALUE") + " leaked=" + map[bool]string{true: "yes", false: "no"}[leaked]), nil, nil
-	})
-	sdk.AddTool(s, &sdk.Tool{Name: "exit", Description: "Stops the server process."}, func(context.Context, *sdk.CallToolRequest, none) (*sdk.CallToolResult, any, error) {
-		os.Exit(0)
-		return nil, nil, nil
-	})
-	sdk.AddTool(s, &sdk.Tool{Name: "look", Description: "Read-only.", Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}}, func(context.Context, *sdk.CallToolRequest, none) (*sdk.CallToolResult, any, error) {
-		return text("looked"), nil, nil
-	})
-	raw := func(name string) (*sdk.Tool, sdk.ToolHandler) {
-		return &sdk.Tool{Name: name, Description: name, InputSchema: json.RawMessage(`{"type":"object"}`)},
-			func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-				return text("I am " + name), nil
-			}
-	}
-	s.AddTool(raw("weird.name/x"))
-	s.AddTool(raw("a.b"))
-	s.AddTool(raw("a_b"))
-	sdk.AddTool(s, &sdk.Tool{Name: "grow", Description: "Adds the tool late."}, func(context.Context, *sdk.CallToolRequest, none) (*sdk.CallToolResult, any, error) {
-		s.AddTool(raw("late"))
-		return text("grown"), nil, nil
-	})
-	return s
 }
 
 // start runs m until the test ends.
@@ -189,7 +125,7 @@ func checkCommonTools(t *testing.T, m *Manager, server string) {
 		t.Errorf("fail: %+v", r)
 	}
 	r := runTool(t, tb, p+"image", `{}`)
-	if r.IsError || len(r.Images) != 1 || string(r.Images[0].Data) != string(pngBytes) || r.Images[0].MIME != "image/png" ||
+	if r.IsError || len(r.Images) != 1 || string(r.Images[0].Data) != string(mcptest.PNG) || r.Images[0].MIME != "image/png" ||
 		r.Text != "a picture\n[image image-2.png: image/png, 12 bytes]" {
 		t.Errorf("image: %+v", r)
 	}
@@ -251,7 +187,7 @@ func TestStdioServer(t *testing.T) {
 }
 
 func TestHTTPServer(t *testing.T) {
-	srv := testServer()
+	srv := mcptest.Server()
 	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer t0k" {
