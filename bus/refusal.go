@@ -20,9 +20,10 @@ const RefusalIDPrefix = "refused-"
 // refused an inbound message received on subject (docs/bus-protocol.md §7):
 // kind [KindError], final, seq 1, on the outbound subject of the channel and
 // chat the inbound subject names, with the reason in plain words
-// ([RefusalText]). in_reply_to is the message's id and thread_id its thread
-// when the payload carries valid ones (the payload is read leniently: the
-// message was refused, so only those fields are looked at).
+// ([RefusalText]). in_reply_to is the message's id, thread_id its thread and
+// meta its meta (the adapter's routing, as [ReplyTo] copies it) when the
+// payload carries valid ones (the payload is read leniently: the message
+// was refused, so only those fields are looked at).
 //
 // ok is false when the message is not addressable: its subject is not a
 // well-formed inbound subject ([Subjects.ParseIn]); such a message is
@@ -45,6 +46,7 @@ func RefusalFinal(subj Subjects, subject string, data []byte, reason error) (out
 		Attachments []struct {
 			Name string `json:"name"`
 		} `json:"attachments"`
+		Meta map[string]string `json:"meta"`
 	}
 	_ = json.Unmarshal(data, &loose) // best effort: the payload is invalid
 	key := data
@@ -55,6 +57,9 @@ func RefusalFinal(subj Subjects, subject string, data []byte, reason error) (out
 	}
 	if len(loose.ThreadID) <= MaxRefBytes {
 		out.ThreadID = loose.ThreadID
+	}
+	if len(loose.Meta) > 0 && checkMeta(loose.Meta) == nil {
+		out.Meta = loose.Meta // the adapter's routing (e.g. a room id), as in [ReplyTo]
 	}
 	names := make([]string, len(loose.Attachments))
 	for i, a := range loose.Attachments {

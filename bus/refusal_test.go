@@ -10,7 +10,8 @@ import (
 
 func TestRefusalFinal(t *testing.T) {
 	subj := bus.Subjects{Prefix: "chat"}
-	big := bus.Inbound{V: 1, ID: "m1", Channel: "tg", ChatID: "42", ThreadID: "t7", UserID: "u", Text: strings.Repeat("a", 70000)}
+	big := bus.Inbound{V: 1, ID: "m1", Channel: "tg", ChatID: "42", ThreadID: "t7", UserID: "u", Text: strings.Repeat("a", 70000),
+		Meta: map[string]string{"room_id": "r9"}}
 	badAtt := bus.Inbound{V: 1, ID: "m2", Channel: "tg", ChatID: "42", UserID: "u", Text: "see",
 		Attachments: []bus.Attachment{{Kind: "image", Name: "ok.png"}, {Kind: "image", Name: "cat.png", Data: "!!not base64!!"}}}
 	noID := bus.Inbound{V: 1, Channel: "tg", ChatID: "42", UserID: "u", Text: "hi"}
@@ -46,6 +47,9 @@ func TestRefusalFinal(t *testing.T) {
 			}
 			if to != "chat.out.tg.42" || out.Kind != bus.KindError || !out.Final || out.InReplyTo != tc.replyTo || out.ChatID != "42" {
 				t.Fatalf("refusal = %s %+v", to, out)
+			}
+			if tc.in.Meta["room_id"] != out.Meta["room_id"] || tc.in.ThreadID != out.ThreadID {
+				t.Errorf("routing lost: meta %v thread %q", out.Meta, out.ThreadID)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(out.Text, w) {

@@ -84,7 +84,7 @@ func TestRefusedBridgeMessageAnsweredToItsChat(t *testing.T) {
 		t.Fatalf("answer to 70,000 bytes = %+v", got)
 	}
 
-	att := fmt.Sprintf(`{"v":1,"id":"att1","channel":"wechat","chat_id":"room 1","user_id":"u","text":"look",`+
+	att := fmt.Sprintf(`{"v":1,"id":"att1","channel":"wechat","chat_id":"room 1","user_id":"u","text":"look",` +
 		`"attachments":[{"kind":"image","name":"cat.png","data":"not base64!"}]}`)
 	if _, err := raw.js.Publish(t.Context(), b.Subjects().In("wechat", "room 1"), []byte(att)); apiErrorCode(err) != 400 {
 		t.Fatalf("bad attachment: publish error %v, want 400", err)
