@@ -50,7 +50,7 @@ func runCheck(ctx context.Context, args []string, stdout io.Writer) int {
 		return 2
 	}
 
-	data, err := readConfigFile(*path)
+	data, src, err := config.Load(*path, defaultConfigPath)
 	if err != nil {
 		printResult(stdout, health.Result{Name: "config", Status: health.Fail, Detail: err.Error()})
 		return 2
@@ -58,13 +58,13 @@ func runCheck(ctx context.Context, args []string, stdout io.Writer) int {
 	cfg, err := ParseConfig(data, os.LookupEnv)
 	if err != nil {
 		problems := config.Problems(err)
-		printResult(stdout, health.Result{Name: "config", Status: health.Fail, Detail: fmt.Sprintf("%s: %d %s", *path, len(problems), health.Plural(len(problems), "problem", "problems"))})
+		printResult(stdout, health.Result{Name: "config", Status: health.Fail, Detail: fmt.Sprintf("%s: %d %s", src, len(problems), health.Plural(len(problems), "problem", "problems"))})
 		for _, p := range problems {
 			fmt.Fprintf(stdout, "      - %s\n", p)
 		}
 		return 2
 	}
-	printResult(stdout, health.Result{Name: "config", Status: health.OK, Detail: *path + " is valid"})
+	printResult(stdout, health.Result{Name: "config", Status: health.OK, Detail: src.String() + " is valid"})
 
 	one := func(r health.Result) []health.Result { return []health.Result{r} }
 	dataDir := boltstore.CheckDataDir // history.db is in data_dir with memory.store: bolt only
@@ -75,7 +75,7 @@ func runCheck(ctx context.Context, args []string, stdout io.Writer) int {
 		func(ctx context.Context) []health.Result { return one(cfg.Bus.Check(ctx, cfg.DataDir)) },
 		func(context.Context) []health.Result { return one(cfg.Bus.CheckAuth(cfg.DataDir)) },
 		func(ctx context.Context) []health.Result { return one(admin.Check(ctx, cfg.Admin)) },
-		func(ctx context.Context) []health.Result { return llm.Probe(ctx, cfg.LLM, *path) },
+		func(ctx context.Context) []health.Result { return llm.Probe(ctx, cfg.LLM, src.Path) },
 		func(context.Context) []health.Result { return one(dataDir(cfg.DataDir)) },
 		func(context.Context) []health.Result { return one(workspace.Check(cfg.Agent.Workspace)) },
 		func(ctx context.Context) []health.Result { return one(telegram.Check(ctx, cfg.Channels.Telegram, nil)) },

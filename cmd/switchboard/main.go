@@ -93,7 +93,7 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `Switchboard — a chatbot daemon driven by a message queue.
 
 Usage:
-  switchboard [serve] [--config FILE]              run the daemon (default: ./config.yaml)
+  switchboard [serve] [--config FILE]              run the daemon (./config.yaml, else built-in defaults)
   switchboard chat [--config FILE] [--chat ID] [--url URL]
                                                    chat with a running daemon over the bus
   switchboard check [--config FILE]                validate the config and reach its dependencies
@@ -119,7 +119,7 @@ data_dir/bus-operator.token. --url connects elsewhere, credentials in the URL
 
 // configFlag registers --config on fs.
 func configFlag(fs *flag.FlagSet) *string {
-	return fs.String("config", defaultConfigPath, "configuration file")
+	return fs.String("config", "", "configuration file (default "+defaultConfigPath+" when it exists, else the built-in defaults)")
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) error {

@@ -27,7 +27,7 @@ func runHealthcheck(ctx context.Context, args []string, stdout, stderr io.Writer
 		return 2
 	}
 	if *url == "" {
-		cfg, err := LoadConfig(*path)
+		cfg, _, err := LoadConfig(*path)
 		if err != nil {
 			fmt.Fprintln(stderr, "switchboard:", err)
 			return 2
