@@ -166,17 +166,18 @@ func (s Source) String() string {
 // path was given explicitly (--config FILE) and must exist: a missing one
 // is an error ([ReadFile]'s "config: file PATH does not exist"). An empty
 // path means defaultPath, which is optional: when nothing is there Load
-// returns no data (an empty file, so every default applies) and a Source
+// returns builtin (the program's own configuration text, e.g. the file it
+// ships; nil reads as an empty file, so every default applies) and a Source
 // with Found false, for the program to say it runs on its defaults. Any
 // other failure to read is an error either way.
-func Load(path, defaultPath string) ([]byte, Source, error) {
+func Load(path, defaultPath string, builtin []byte) ([]byte, Source, error) {
 	if path != "" {
 		data, err := ReadFile(path)
 		return data, Source{Path: path, Found: err == nil}, err
 	}
 	data, err := ReadFile(defaultPath)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, Source{Path: defaultPath}, nil
+		return builtin, Source{Path: defaultPath}, nil
 	}
 	return data, Source{Path: defaultPath, Found: err == nil}, err
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/switchboard-chat/switchboard"
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/channels/slack"
 	"github.com/switchboard-chat/switchboard/channels/telegram"
@@ -50,7 +51,7 @@ func runCheck(ctx context.Context, args []string, stdout io.Writer) int {
 		return 2
 	}
 
-	data, src, err := config.Load(*path, defaultConfigPath)
+	data, src, err := config.Load(*path, defaultConfigPath, switchboard.ShippedConfig)
 	if err != nil {
 		printResult(stdout, health.Result{Name: "config", Status: health.Fail, Detail: err.Error()})
 		return 2

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchboard-chat/switchboard"
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/agent"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
@@ -75,7 +76,7 @@ func defaultConfig() Config {
 // See ParseConfig for the rules. On a problem in the file the error starts
 // with a line naming the file, followed by one line per problem.
 func LoadConfig(path string) (Config, config.Source, error) {
-	data, src, err := config.Load(path, defaultConfigPath)
+	data, src, err := config.Load(path, defaultConfigPath, switchboard.ShippedConfig)
 	if err != nil {
 		return Config{}, src, err
 	}

@@ -119,3 +119,16 @@ func portFree(addr string) bool {
 	_ = ln.Close()
 	return true
 }
+
+// TestNoConfigFileReadsTheEnvironment: without a file the daemon runs on
+// the shipped config.yaml, so the environment variables the docs name
+// (OPENAI_MODEL, OPENAI_API_KEY, ...) still apply.
+func TestNoConfigFileReadsTheEnvironment(t *testing.T) {
+	t.Chdir(t.TempDir())
+	t.Setenv("OPENAI_MODEL", "qwen-from-env")
+	t.Setenv("OPENAI_API_KEY", "sk-from-env")
+	cfg, src, err := LoadConfig("")
+	if err != nil || src.Found || cfg.LLM.Model != "qwen-from-env" || cfg.LLM.APIKey != "sk-from-env" || cfg.DataDir != "./data" {
+		t.Fatalf("LoadConfig without a file = model %q, data_dir %q, %+v, %v", cfg.LLM.Model, cfg.DataDir, src, err)
+	}
+}
