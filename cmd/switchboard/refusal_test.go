@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bridge"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
 )
 
 // TestE2ERefusedMessageAnswered (issue 21): a message stored in CHAT_IN
@@ -40,4 +44,30 @@ func TestE2ERefusedMessageAnswered(t *testing.T) {
 		t.Fatalf("answer on %s: %+v", m.Subject, out)
 	}
 	dlq.WaitFor(t, wait, func(m *nats.Msg) bool { return strings.Contains(string(m.Data), "envelope too large") })
+}
+
+// TestE2EChatShowsRefusal (issue 21): `switchboard chat` against a daemon
+// whose text limit is lower than the client's sends a 5,000-byte line; the
+// daemon refuses it, and the terminal shows the reason (the limit and the
+// size) and ends, instead of waiting for an answer that never comes.
+func TestE2EChatShowsRefusal(t *testing.T) {
+	cfg := testConfig(t, "http://127.0.0.1:1/v1")
+	cfg.Bus.MaxTextBytes = 1000
+	d := startDaemon(t, cfg)
+	token, err := natsbus.ReadOperatorToken(cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(t.TempDir()) // no config.yaml: the client's own limit is the default 65536
+	url := strings.Replace(d.s.Bus.ClientURL(), "nats://", "nats://"+token+"@", 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	code := run(ctx, []string{"chat", "--url", url, "--chat", "c9"}, strings.NewReader(strings.Repeat("z", 5000)+"\n"), &out, &out)
+	if code != 0 || ctx.Err() != nil {
+		t.Fatalf("chat: exit %d, ctx %v:\n%.2000s", code, ctx.Err(), out.String())
+	}
+	if !strings.Contains(out.String(), "[error] Your message was not accepted: it is too long. Received 5000 bytes of text; the limit is 1000 bytes") {
+		t.Fatalf("chat output lacks the refusal:\n%.2000s", out.String())
+	}
 }
