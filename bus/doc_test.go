@@ -139,6 +139,26 @@ func TestProtocolDocListsEventsAndCommands(t *testing.T) {
 		documented[m[1]] = true
 	}
 	compare(t, "§6 commands", documented, cmds)
+
+	kinds := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z]+)` \\| [^|]+ \\| [^|]+ \\|$").FindAllStringSubmatch(section(t, doc, "### 4.1 Kinds"), -1) {
+		kinds[m[1]] = true
+	}
+	compare(t, "§4.1 outbound kinds", kinds, stringConsts(t, "bus.go", "Kind"))
+}
+
+// section returns the text of doc from the heading to the next heading.
+func section(t *testing.T, doc, heading string) string {
+	t.Helper()
+	i := strings.Index(doc, "\n"+heading+"\n")
+	if i < 0 {
+		t.Fatalf("heading %q not found", heading)
+	}
+	rest := doc[i+len(heading)+2:]
+	if j := strings.Index(rest, "\n#"); j >= 0 {
+		rest = rest[:j]
+	}
+	return rest
 }
 
 // stringConsts returns the values of the string constants of file whose
