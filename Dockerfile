@@ -1,7 +1,13 @@
-# Switchboard container image: a static binary on distroless, running as
-# the non-root user 65532.
+# Switchboard container images: a static binary, running as the non-root
+# user 65532. Two targets:
+#
+#   default (the last stage): distroless, no shell. For the daemon with
+#     HTTP MCP servers and no bash tool.
+#   full: Debian slim with node, npm/npx, bash and bubblewrap, for stdio MCP
+#     servers (command: npx ...) and the bash tool.
 #
 #   docker build -t switchboard .
+#   docker build --target full -t switchboard:full .
 #   export SWITCHBOARD_BUS_ADMIN_TOKEN=$(openssl rand -hex 32)
 #   docker run --rm -e OPENAI_API_KEY -e SWITCHBOARD_BUS_ADMIN_TOKEN \
 #     -p 127.0.0.1:9090:9090 -p 127.0.0.1:4222:4222 \
@@ -19,8 +25,15 @@
 # config.yaml reads it from SWITCHBOARD_BUS_ADMIN_TOKEN, and without it the
 # container exits at start with an error naming bus.admin and bus.listen
 # (never an open bus). Bridges get their own credentials (bus.bridges).
+#
+# The bash tool's sandbox (bubblewrap) needs user namespaces, which Docker's
+# default seccomp profile refuses: run the full image with
+# --security-opt seccomp=unconfined (or a profile allowing unshare/clone of
+# namespaces), or set tools.bash.sandbox: none and rely on the container
+# alone (docs/tools.md). The deploy test (deploy/lint_test.go) lints this
+# file; .ci/run builds both targets when a Docker engine is available.
 
-FROM golang:1.26 AS build
+FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
@@ -32,7 +45,31 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}"
 RUN mkdir -p /out/state/data/workspace /out/etc \
 	&& cp config.yaml /out/etc/config.yaml
 
-FROM gcr.io/distroless/static-debian12:nonroot
+# full: Debian slim with the programs stdio MCP servers and the bash tool
+# run. Build it with --target full.
+FROM debian:12-slim AS full
+RUN apt-get update \
+	&& apt-get install -y --no-install-recommends bash bubblewrap ca-certificates nodejs npm \
+	&& rm -rf /var/lib/apt/lists/* \
+	&& useradd --uid 65532 --user-group --home-dir /var/lib/switchboard --no-create-home --shell /usr/sbin/nologin nonroot
+COPY --from=build /out/switchboard /usr/local/bin/switchboard
+COPY --from=build /out/etc/config.yaml /etc/switchboard/config.yaml
+COPY --from=build --chown=65532:65532 /out/state /var/lib/switchboard
+ENV SWITCHBOARD_BUS_LISTEN=0.0.0.0:4222 \
+	SWITCHBOARD_ADMIN_LISTEN=0.0.0.0:9090 \
+	HOME=/var/lib/switchboard \
+	npm_config_cache=/var/lib/switchboard/.npm
+WORKDIR /var/lib/switchboard
+USER 65532:65532
+VOLUME ["/var/lib/switchboard", "/etc/switchboard"]
+EXPOSE 4222 9090
+HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
+	CMD ["switchboard", "healthcheck", "--url", "http://127.0.0.1:9090/healthz"]
+ENTRYPOINT ["switchboard", "serve", "--config", "/etc/switchboard/config.yaml"]
+
+# default: distroless, no shell (the last stage is what `docker build`
+# builds without --target).
+FROM gcr.io/distroless/static-debian12:nonroot AS default
 COPY --from=build /out/switchboard /usr/local/bin/switchboard
 COPY --from=build /out/etc/config.yaml /etc/switchboard/config.yaml
 COPY --from=build --chown=65532:65532 /out/state /var/lib/switchboard

@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
@@ -143,5 +145,32 @@ func TestImageAttachmentWithoutMIME(t *testing.T) {
 	}
 	if hist := h.history(); len(hist) != 2 {
 		t.Fatalf("history = %v", hist)
+	}
+}
+
+// TestRefusedMessageAnsweredWithErrorFinal: a message the runtime refuses
+// whose subject names a valid channel and chat gets one error final saying
+// why, besides its dead letter; an unaddressable one is dead-lettered only.
+func TestRefusedMessageAnsweredWithErrorFinal(t *testing.T) {
+	h := newHarness(t)
+	big := fmt.Sprintf(`{"v":1,"id":"big1","channel":"console","chat_id":"c1","user_id":"u","text":%q}`, strings.Repeat("x", 70000))
+	h.bus.SendRaw("chat.in.console.c1", []byte(big))
+	att := `{"v":1,"id":"att1","channel":"console","chat_id":"c1","user_id":"u","text":"t","attachments":[{"kind":"image","name":"cat.png","data":"%%%"}]}`
+	h.bus.SendRaw("chat.in.console.c1", []byte(att))
+	h.bus.SendRaw("chat.in.console.bad token", []byte(big)) // no valid chat token: DLQ only
+	tooLong := h.bus.WaitFinal(t, 10*time.Second, "big1")
+	if tooLong.Kind != bus.KindError || !strings.Contains(tooLong.Text, "70000 bytes") || !strings.Contains(tooLong.Text, "65536 bytes") {
+		t.Fatalf("too-large answer = %+v", tooLong)
+	}
+	bad := h.bus.WaitFinal(t, 10*time.Second, "att1")
+	if bad.Kind != bus.KindError || !strings.Contains(bad.Text, `attachment 1 ("cat.png")`) {
+		t.Fatalf("bad-attachment answer = %+v", bad)
+	}
+	h.bus.Wait(t, 10*time.Second, func() bool { return len(h.bus.DeadLetters()) == 3 }, "three dead letters")
+	if n := len(h.bus.Outbounds()); n != 2 {
+		t.Fatalf("%d outbound envelopes, want the two error finals: %+v", n, h.bus.Outbounds())
+	}
+	if h.model.RequestCount() != 0 {
+		t.Fatal("a refused message reached the model")
 	}
 }

@@ -480,8 +480,33 @@ func (m *Manager) reject(ctx context.Context, d bus.Delivery, reason error) {
 	} else {
 		env.log.Warn("invalid inbound message sent to the DLQ", "subject", d.Subject(), "reason", reason)
 	}
+	m.tellRefused(ctx, d, reason)
 	if err := d.Term(); err != nil {
 		env.log.Warn("term failed", "subject", d.Subject(), "err", err)
+	}
+}
+
+// tellRefused answers a refused message whose subject names a valid
+// channel and chat with an error final saying why ([bus.RefusalFinal]), so
+// the sender is not left waiting; an unaddressable one is dead-lettered
+// only. One answer per refused message: its id is derived from the
+// message, so a redelivery publishes the same final again, which the out
+// stream de-duplicates. The answer is an outbound envelope, which nothing
+// in the runtime consumes, so it cannot start a loop.
+func (m *Manager) tellRefused(ctx context.Context, d bus.Delivery, reason error) {
+	env := m.env
+	out, subject, ok := bus.RefusalFinal(env.opt.Subjects, d.Subject(), d.Data(), reason)
+	if !ok {
+		return
+	}
+	data, err := json.Marshal(out)
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = env.deps.Publisher.Publish(pctx, subject, data, out.ID)
+		cancel()
+	}
+	if err != nil {
+		env.log.Warn("refused message: error final not published", "subject", d.Subject(), "err", err)
 	}
 }
 

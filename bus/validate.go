@@ -44,6 +44,9 @@ type FieldError struct {
 	Rule string
 	// Err is the sentinel: ErrInvalid or ErrTooLarge.
 	Err error
+	// Limit and Got are the bound and the size received (in bytes) of a
+	// size rule (ErrTooLarge), else zero.
+	Limit, Got int
 }
 
 // Error implements error.
@@ -149,7 +152,8 @@ func (in *Inbound) validate(maxTextBytes int) error {
 		return invalid("text", "required unless attachments is non-empty")
 	}
 	if len(in.Text) > maxTextBytes {
-		return &FieldError{Field: "text", Rule: fmt.Sprintf("must be at most %d bytes, got %d", maxTextBytes, len(in.Text)), Err: ErrTooLarge}
+		return &FieldError{Field: "text", Rule: fmt.Sprintf("must be at most %d bytes, got %d", maxTextBytes, len(in.Text)), Err: ErrTooLarge,
+			Limit: maxTextBytes, Got: len(in.Text)}
 	}
 	if err := checkAttachments(in.Attachments); err != nil {
 		return err

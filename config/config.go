@@ -144,6 +144,44 @@ func ReadFile(path string) ([]byte, error) {
 	return data, nil
 }
 
+// Source says which configuration file [Load] read.
+type Source struct {
+	// Path is the file read or, when Found is false, the default path
+	// looked for.
+	Path string
+	// Found is false when no path was given and nothing is at the default
+	// path: the program runs on its built-in defaults.
+	Found bool
+}
+
+// String reads "PATH" for a file read, else "built-in defaults (no PATH)".
+func (s Source) String() string {
+	if s.Found {
+		return s.Path
+	}
+	return "built-in defaults (no " + s.Path + ")"
+}
+
+// Load reads the configuration file a program was told to use. A non-empty
+// path was given explicitly (--config FILE) and must exist: a missing one
+// is an error ([ReadFile]'s "config: file PATH does not exist"). An empty
+// path means defaultPath, which is optional: when nothing is there Load
+// returns builtin (the program's own configuration text, e.g. the file it
+// ships; nil reads as an empty file, so every default applies) and a Source
+// with Found false, for the program to say it runs on its defaults. Any
+// other failure to read is an error either way.
+func Load(path, defaultPath string, builtin []byte) ([]byte, Source, error) {
+	if path != "" {
+		data, err := ReadFile(path)
+		return data, Source{Path: path, Found: err == nil}, err
+	}
+	data, err := ReadFile(defaultPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return builtin, Source{Path: defaultPath}, nil
+	}
+	return data, Source{Path: defaultPath, Found: err == nil}, err
+}
+
 // missingFileError names the missing file without repeating the system's
 // wording, and still matches fs.ErrNotExist.
 type missingFileError struct {

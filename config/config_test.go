@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -402,5 +403,27 @@ func TestDecodeNullPointerSectionIsNil(t *testing.T) {
 	v.Backup = &server{Listen: "default:1"}
 	if err := Decode([]byte("backup: {}\n"), &v, Options{}); err != nil || v.Backup == nil || v.Backup.Listen != "default:1" {
 		t.Fatalf("backup: {} over a default = %+v, %v; want the default kept", v.Backup, err)
+	}
+}
+
+func TestLoadDefaultPathOptionalExplicitPathRequired(t *testing.T) {
+	dir := t.TempDir()
+	def := filepath.Join(dir, "config.yaml")
+	data, src, err := Load("", def, []byte("builtin: 1\n"))
+	if err != nil || string(data) != "builtin: 1\n" || src.Found || src.Path != def || src.String() != "built-in defaults (no "+def+")" {
+		t.Fatalf("Load(default missing) = %q, %+v, %v; want built-in defaults", data, src, err)
+	}
+	explicit := filepath.Join(dir, "mine.yaml")
+	if _, src, err := Load(explicit, def, nil); err == nil || err.Error() != "config: file "+explicit+" does not exist" || src.Found {
+		t.Fatalf("Load(explicit missing) = %+v, %v; want an error naming the file", src, err)
+	}
+	if err := os.WriteFile(def, []byte("a: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if data, src, err := Load("", def, nil); err != nil || string(data) != "a: 1\n" || !src.Found || src.String() != def {
+		t.Fatalf("Load(default present) = %q, %+v, %v", data, src, err)
+	}
+	if _, _, err := Load("", dir, nil); err == nil || errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Load(default unreadable) = %v, want a read error", err)
 	}
 }

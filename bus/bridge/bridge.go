@@ -41,8 +41,11 @@
 // daemon's embedded server the bridge also lives in a NATS account of its
 // own, and its inbound messages pass the daemon's ingress, which answers a
 // refused message with a JetStream API error (400 invalid, 429 rate-limited,
-// 503 stream full; see [Client.PublishInbound]); nothing changes in how the
-// client publishes or consumes.
+// 503 stream full; see [Client.PublishInbound]) and answers an invalid one
+// whose subject names a chat with an error final on that chat, which
+// [Client.ConsumeOutbound] hands to the Handler like any outbound envelope
+// (docs/bus-protocol.md §9.1); nothing changes in how the client publishes
+// or consumes.
 package bridge
 
 import (

@@ -121,6 +121,11 @@ type channelLimit struct {
 	bridge  string
 	rate    float64
 	lim     *rate.Limiter
+	// answers bounds the error finals that tell the bridge's users why a
+	// message was refused: the same rate, a bucket of its own, so refused
+	// garbage never spends the budget of valid messages and a flood of it
+	// never produces more answers than the channel may send messages.
+	answers *rate.Limiter
 
 	mu      sync.Mutex // guards the log throttle
 	dropped int
@@ -135,7 +140,8 @@ func newLimits(bridges map[string]BridgeConfig) map[string]*channelLimit {
 		r := br.Rate()
 		burst := max(1, int(math.Ceil(r)))
 		for _, ch := range br.Channels {
-			limits[ch] = &channelLimit{channel: ch, bridge: name, rate: r, lim: rate.NewLimiter(rate.Limit(r), burst)}
+			limits[ch] = &channelLimit{channel: ch, bridge: name, rate: r, lim: rate.NewLimiter(rate.Limit(r), burst),
+				answers: rate.NewLimiter(rate.Limit(r), burst)}
 		}
 	}
 	return limits
@@ -159,8 +165,11 @@ func (b *Bus) channelOf(subject string) string {
 }
 
 // rateLimited applies the inbound rate limit of the message's channel, if
-// its channel belongs to a bridge and the message is a valid envelope (an
-// invalid one spends no budget: the handler dead-letters it). The limit is judged at the time the
+// its channel belongs to a bridge. An invalid envelope spends no budget of
+// valid messages: the handler dead-letters it and answers it with an error
+// final ([bus.RefusalFinal]), within the channel's answer budget
+// ([channelLimit.answers]); over that budget it is dead-lettered here,
+// without an answer, and terminated (rateLimited returns true). The limit is judged at the time the
 // message entered the stream, so a backlog drained later (after a restart)
 // is judged as it arrived; a redelivered message was judged already and
 // passes. A message over the limit is dead-lettered (core publish, no
@@ -171,9 +180,6 @@ func (b *Bus) rateLimited(m jetstream.Msg) bool {
 	if cl == nil {
 		return false
 	}
-	if _, err := bus.ParseInbound(b.subj, m.Subject(), m.Data(), b.maxText); err != nil {
-		return false
-	}
 	at := time.Now()
 	if md, err := m.Metadata(); err == nil {
 		if md.NumDelivered > 1 {
@@ -181,10 +187,14 @@ func (b *Bus) rateLimited(m jetstream.Msg) bool {
 		}
 		at = md.Timestamp
 	}
-	if cl.lim.AllowN(at, 1) {
+	lim, reason := cl.lim, errors.New(RateLimitReason(cl.channel))
+	if _, err := bus.ParseInbound(b.subj, m.Subject(), m.Data(), b.maxText); err != nil {
+		lim, reason = cl.answers, err
+	}
+	if lim.AllowN(at, 1) {
 		return false
 	}
-	rec := bus.NewDLQRecord(m.Subject(), m.Data(), errors.New(RateLimitReason(cl.channel)), time.Now().UTC())
+	rec := bus.NewDLQRecord(m.Subject(), m.Data(), reason, time.Now().UTC())
 	data, err := json.Marshal(rec)
 	if err == nil {
 		err = b.nc.Publish(b.subj.DLQ(cl.channel), data)
@@ -195,7 +205,9 @@ func (b *Bus) rateLimited(m jetstream.Msg) bool {
 	if err := m.Term(); err != nil {
 		b.log.Warn("rate-limited message: terminate", "channel", cl.channel, "err", err)
 	}
-	cl.noteDropped(b.log)
+	if lim == cl.lim {
+		cl.noteDropped(b.log)
+	}
 	return true
 }
 

@@ -49,7 +49,9 @@ const (
 // A refused message is dead-lettered on "<p>.dlq.<channel>" of its own
 // channel and, when the bridge asked for a reply, answered with a
 // JetStream-style error ({"error":{"code":400|429,"description":...}}), so
-// the bridge's client library reports it as an API error.
+// the bridge's client library reports it as an API error. A message refused
+// as invalid is also answered to its chat with an error final
+// ([ingress.answer]), so the user learns why.
 //
 // It is started by [Open] and stopped by [Bus.Close]: the ingress is part of
 // the embedded server's plumbing, without which no declared bridge can
@@ -120,6 +122,7 @@ func (g *ingress) handler(bridge string, channels []string) nats.MsgHandler {
 		if err != nil {
 			g.log.Debug("ingress: invalid inbound refused", "bridge", bridge, "subject", subject, "err", err)
 			g.refuse(m, subject, ch, http.StatusBadRequest, err)
+			g.answer(bridge, subject, ch, m.Data, err)
 			return
 		}
 		if cl := g.limits[ch]; cl != nil && !cl.lim.Allow() {
@@ -174,6 +177,33 @@ func (g *ingress) refuse(m *nats.Msg, subject, channel string, code int, reason 
 		g.log.Warn("ingress: dead letter not published", "channel", channel, "err", err)
 	}
 	g.reply(m, code, reason.Error())
+}
+
+// answer tells the sender of a message refused as invalid why, with an
+// error final on the outbound subject of the channel and chat its subject
+// names ([bus.RefusalFinal]); the channel is the bridge's own (the handler
+// checked it), so only that bridge's consumer can receive the answer. At
+// most one answer per refused message, within the channel's answer budget
+// (the bridge's rate, a bucket of its own); a message without a valid
+// chat token, or over the budget, is dead-lettered only. The answer is
+// stored in the out stream with its id as de-duplication key; nothing
+// consumes outbound subjects in the runtime, so it triggers nothing.
+func (g *ingress) answer(bridge, subject, channel string, data []byte, reason error) {
+	out, outSubject, ok := bus.RefusalFinal(g.subj, subject, data, reason)
+	if !ok {
+		return
+	}
+	if cl := g.limits[channel]; cl != nil && !cl.answers.Allow() {
+		g.log.Debug("ingress: refused message not answered: answer budget spent", "bridge", bridge, "subject", subject)
+		return
+	}
+	payload, err := json.Marshal(out)
+	if err == nil {
+		err = g.nc.PublishMsg(&nats.Msg{Subject: outSubject, Data: payload, Header: nats.Header{jetstream.MsgIDHeader: []string{out.ID}}})
+	}
+	if err != nil {
+		g.log.Warn("ingress: error final of a refused message not published", "bridge", bridge, "subject", subject, "err", err)
+	}
 }
 
 // ingressError is the JetStream API error reply of a refused message: the

@@ -89,14 +89,19 @@ func TestExternalRateLimitAfterValidation(t *testing.T) {
 	b := open(t, cfg, "")
 	dlq := bustest.Collect(t, b.Conn(), "chat.dlq.wechat")
 	agent := startConsume(t, b)
-	// Invalid envelopes reach the handler (which dead-letters them) and
-	// spend nothing.
-	for range 3 {
+	// Invalid envelopes spend nothing of the valid messages' budget. The
+	// first reaches the handler (which dead-letters and answers it); the
+	// others are over the channel's answer budget (a bucket of one) and are
+	// dead-lettered without an answer before the handler.
+	for i := range 3 {
 		if err := b.Publish(t.Context(), "chat.in.wechat.c", []byte(`{"v":1}`), ""); err != nil {
 			t.Fatal(err)
 		}
-		doubleAck(t, agent.next(t))
+		if i == 0 {
+			doubleAck(t, agent.next(t))
+		}
 	}
+	dlq.WaitFor(t, wait, func(*nats.Msg) bool { return len(dlq.All()) == 2 })
 	publishInbound(t, b, bus.Inbound{V: 1, ID: "m1", Channel: "wechat", ChatID: "c", UserID: "u", Text: "hi"})
 	d := agent.next(t)
 	if in := decode(t, b, d); in.ID != "m1" {
@@ -112,8 +117,8 @@ func TestExternalRateLimitAfterValidation(t *testing.T) {
 	}
 	doubleAck(t, d)
 	publishInbound(t, b, bus.Inbound{V: 1, ID: "m2", Channel: "wechat", ChatID: "c", UserID: "u", Text: "hi"})
-	dlq.WaitFor(t, wait, func(*nats.Msg) bool { return true })
-	if recs := dlqRecords(t, dlq); len(recs) != 1 || recs[0].Reason != natsbus.RateLimitReason("wechat") {
+	dlq.WaitFor(t, wait, func(m *nats.Msg) bool { return strings.Contains(string(m.Data), natsbus.RateLimitReason("wechat")) })
+	if recs := dlqRecords(t, dlq); len(recs) != 3 || recs[2].Reason != natsbus.RateLimitReason("wechat") {
 		t.Fatalf("DLQ = %+v", recs)
 	}
 }

@@ -24,11 +24,11 @@ func runBusContext(args []string, lookupEnv func(string) (string, bool), stdout,
 	if err := natsbus.CheckContextName(*name); err != nil {
 		return fmt.Errorf("%w: --name: %w", errUsage, err)
 	}
-	cfg, err := LoadConfig(*path)
+	cfg, src, err := LoadConfig(*path)
 	if err != nil {
 		return err
 	}
-	if err := cfg.Bus.WriteContext(cfg.DataDir, *name, *path, lookupEnv, stdout); err != nil {
+	if err := cfg.Bus.WriteContext(cfg.DataDir, *name, src.String(), lookupEnv, stdout); err != nil {
 		return fmt.Errorf("bus context: %w", err)
 	}
 	return nil

@@ -24,7 +24,7 @@ func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg, err := LoadConfig(*path)
+	cfg, _, err := LoadConfig(*path)
 	if err != nil {
 		return err
 	}

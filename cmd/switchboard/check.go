@@ -5,9 +5,11 @@ import (
 	"io"
 	"os"
 
+	"github.com/switchboard-chat/switchboard"
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/channels/slack"
 	"github.com/switchboard-chat/switchboard/channels/telegram"
+	"github.com/switchboard-chat/switchboard/config"
 	"github.com/switchboard-chat/switchboard/internal/doctor"
 	"github.com/switchboard-chat/switchboard/internal/health"
 	"github.com/switchboard-chat/switchboard/llm"
@@ -23,16 +25,16 @@ import (
 // configuration, or, when none runs, the offline checks below, each in
 // the package of what it checks.
 func runCheck(ctx context.Context, args []string, stdout io.Writer) int {
-	return doctor.Run(ctx, args, stdout, defaultConfigPath, func(path string) (doctor.Setup, error) {
-		data, err := readConfigFile(path)
+	return doctor.Run(ctx, args, stdout, "", func(path string) (doctor.Setup, error) {
+		data, src, err := config.Load(path, defaultConfigPath, switchboard.ShippedConfig)
 		if err != nil {
 			return doctor.Setup{}, err
 		}
 		cfg, err := ParseConfig(data, os.LookupEnv)
 		if err != nil {
-			return doctor.Setup{}, &doctor.InvalidConfig{Err: err}
+			return doctor.Setup{}, &doctor.InvalidConfig{Err: err, Source: src.String()}
 		}
-		return doctor.Setup{ConfigFile: path, Offline: offlineChecks(cfg, path),
+		return doctor.Setup{ConfigFile: src.String(), Offline: offlineChecks(cfg, src.Path),
 			Live: doctor.Live{Admin: cfg.Admin, Bus: cfg.Bus, DataDir: cfg.DataDir, LLM: cfg.LLM}}, nil
 	})
 }

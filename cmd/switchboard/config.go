@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/switchboard-chat/switchboard"
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/agent"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
@@ -71,19 +71,20 @@ func defaultConfig() Config {
 }
 
 // LoadConfig reads, expands (from the process environment), decodes and
-// validates the configuration file at path. See ParseConfig for the rules.
-// On a problem in the file the error starts with a line naming the file,
-// followed by one line per problem.
-func LoadConfig(path string) (Config, error) {
-	data, err := readConfigFile(path)
+// validates the configuration file (config.Load: path when set, which must
+// exist, else defaultConfigPath when it exists, else the built-in defaults).
+// See ParseConfig for the rules. On a problem in the file the error starts
+// with a line naming the file, followed by one line per problem.
+func LoadConfig(path string) (Config, config.Source, error) {
+	data, src, err := config.Load(path, defaultConfigPath, switchboard.ShippedConfig)
 	if err != nil {
-		return Config{}, err
+		return Config{}, src, err
 	}
 	cfg, err := ParseConfig(data, os.LookupEnv)
 	if err != nil {
-		return Config{}, fmt.Errorf("config %s:\n%w", path, err)
+		return Config{}, src, fmt.Errorf("config %s:\n%w", src, err)
 	}
-	return cfg, nil
+	return cfg, src, nil
 }
 
 // ParseConfig decodes a configuration file over defaultConfig and validates
@@ -115,16 +116,6 @@ func ParseConfig(data []byte, lookupEnv func(string) (string, bool)) (Config, er
 		cfg.LLM.BaseURL = llm.DefaultBaseURL
 	}
 	return cfg, nil
-}
-
-// readConfigFile reads the configuration file, with a clear error when it
-// does not exist.
-func readConfigFile(path string) ([]byte, error) {
-	data, err := config.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w (pass --config FILE, or copy config.yaml from the Switchboard repository)", err)
-	}
-	return data, err
 }
 
 // Validate checks every section and reports every problem (errors.Join),

@@ -256,7 +256,7 @@ func TestParseConfigTestdata(t *testing.T) {
 }
 
 func TestConfigErrorGolden(t *testing.T) {
-	_, loadErr := LoadConfig("testdata/invalid_many.yaml")
+	_, _, loadErr := LoadConfig("testdata/invalid_many.yaml")
 	if loadErr == nil {
 		t.Fatal("LoadConfig(testdata/invalid_many.yaml) = nil error")
 	}
@@ -282,7 +282,7 @@ func TestConfigErrorGolden(t *testing.T) {
 
 func TestLoadConfigMissingFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "nope.yaml")
-	_, err := LoadConfig(path)
+	_, _, err := LoadConfig(path)
 	if err == nil || !strings.Contains(err.Error(), "config: file "+path+" does not exist") {
 		t.Fatalf("LoadConfig(missing) = %v, want a 'does not exist' error", err)
 	}
@@ -290,7 +290,7 @@ func TestLoadConfigMissingFile(t *testing.T) {
 
 func TestLoadConfigUnreadable(t *testing.T) {
 	dir := t.TempDir() // a directory cannot be read as a file
-	_, err := LoadConfig(dir)
+	_, _, err := LoadConfig(dir)
 	if err == nil || !strings.HasPrefix(err.Error(), "config: read "+dir+": ") {
 		t.Fatalf("LoadConfig(dir) = %v, want a read error", err)
 	}
@@ -304,7 +304,7 @@ func TestLoadConfigExpandsProcessEnvironment(t *testing.T) {
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadConfig(path)
+	cfg, _, err := LoadConfig(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func runDemo(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	model := llmtest.NewHandler(llmtest.WithResponder(llmtest.DemoResponder), llmtest.WithRecordLimit(0))
+	model := llmtest.NewHandler(llmtest.WithResponder(scripted.DemoResponder), llmtest.WithRecordLimit(0))
 	logOut := io.Discard
 	if *verbose {
 		logOut = stderr
@@ -39,7 +39,7 @@ func runDemo(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	log := slog.New(slog.NewTextHandler(logOut, nil))
 	return scripted.Run(ctx, "switchboard-demo-", *keep, model, func(ctx context.Context, env scripted.Env) error {
 		fmt.Fprintf(stdout, "=== Switchboard DEMO ===\n"+
-			"This is a demo: the model is a scripted fake (it lists your workspace with a tool, then reports what it found).\n"+
+			"This is a demo: the model is a scripted fake (it lists your workspace with a tool when you ask about your files, and echoes everything else).\n"+
 			"Data and workspace live in %s and are removed on exit%s.\n"+
 			"For a real model run `switchboard serve` with OPENAI_API_KEY set.\n\n", env.Dir, map[bool]string{true: " (unless --keep)", false: ""}[!*keep])
 		ctx, cancel := context.WithCancel(ctx)

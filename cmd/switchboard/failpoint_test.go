@@ -138,7 +138,7 @@ func crashAt(t *testing.T, bin, point string, afterWindow bool) {
 	if afterWindow {
 		configKey(t, config, "bus", "out_retention", outRetention.String())
 	}
-	if _, err := LoadConfig(config); err != nil {
+	if _, _, err := LoadConfig(config); err != nil {
 		t.Fatal(err)
 	}
 	url := "nats://" + busAddr

@@ -47,7 +47,7 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fmt.Errorf("%w: history %s: --session: %v", errUsage, sub, err)
 		}
 	}
-	cfg, err := LoadConfig(*path)
+	cfg, _, err := LoadConfig(*path)
 	if err != nil {
 		return err
 	}

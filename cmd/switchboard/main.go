@@ -108,7 +108,7 @@ func exitCode(err error, stderr io.Writer) int {
 
 // configFlag registers --config on fs.
 func configFlag(fs *flag.FlagSet) *string {
-	return fs.String("config", defaultConfigPath, "configuration file")
+	return fs.String("config", "", "configuration file (default "+defaultConfigPath+" when it exists, else the built-in defaults)")
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) error {

@@ -45,11 +45,15 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg, err := LoadConfig(*path)
+	cfg, src, err := LoadConfig(*path)
 	if err != nil {
 		return err
 	}
-	return serve(ctx, cfg, cfg.Logger(stderr), nil)
+	log := cfg.Logger(stderr)
+	if !src.Found {
+		log.Info("no configuration file: running on the built-in defaults (pass --config FILE to use one)", "looked_for", src.Path, "data_dir", cfg.DataDir)
+	}
+	return serve(ctx, cfg, log, nil)
 }
 
 // started is told what serve built once the daemon is running (demo and

@@ -46,7 +46,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *channel != "" && !bus.ValidChannel(*channel) {
 		return fmt.Errorf("%w: --channel: must match ^[a-z0-9_-]{1,32}$, got %q", errUsage, *channel)
 	}
-	cfg, err := LoadConfig(*path)
+	cfg, _, err := LoadConfig(*path)
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,7 @@ func runHealthcheck(ctx context.Context, args []string, stdout, stderr io.Writer
 		return exitCode(err, stderr)
 	}
 	if *url == "" {
-		cfg, err := LoadConfig(*path)
+		cfg, _, err := LoadConfig(*path)
 		if err != nil {
 			fmt.Fprintln(stderr, "switchboard:", err)
 			return 2

@@ -61,7 +61,7 @@ var (
 // help`.
 var Verbs = []Verb{
 	{
-		Name: "serve", Summary: "run the daemon (the default verb; --config defaults to ./config.yaml)",
+		Name: "serve", Summary: "run the daemon (the default verb; ./config.yaml when it exists, else the built-in defaults)",
 		About: "Runs the daemon: the bus (embedded NATS unless bus.url is set), the agent, the\n" +
 			"enabled channels and the admin listener, until SIGTERM or SIGINT.",
 		Flags:    []Flag{configFlag},

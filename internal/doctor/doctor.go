@@ -47,7 +47,10 @@ type Setup struct {
 
 // InvalidConfig is what a Load returns for a configuration that does not
 // decode or validate: Err holds one error per problem (config.Problems).
-type InvalidConfig struct{ Err error }
+type InvalidConfig struct {
+	Err    error
+	Source string // the file, or the built-in defaults, that was read
+}
 
 func (e *InvalidConfig) Error() string { return e.Err.Error() }
 
@@ -59,7 +62,7 @@ type Load func(path string) (Setup, error)
 func Run(ctx context.Context, args []string, stdout io.Writer, defaultPath string, load Load) int {
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
 	fs.SetOutput(stdout)
-	path := fs.String("config", defaultPath, "configuration file")
+	path := fs.String("config", defaultPath, "configuration file (default ./config.yaml when it exists, else the built-in defaults)")
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	cli.SetUsage(fs)
 	if err := fs.Parse(args); err != nil {
@@ -78,7 +81,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer, defaultPath strin
 		var inv *InvalidConfig
 		if errors.As(err, &inv) {
 			problems := config.Problems(inv.Err)
-			rep.add(health.Result{Name: "config", Status: health.Fail, Detail: fmt.Sprintf("%s: %d %s", *path, len(problems), health.Plural(len(problems), "problem", "problems"))})
+			rep.add(health.Result{Name: "config", Status: health.Fail, Detail: fmt.Sprintf("%s: %d %s", inv.Source, len(problems), health.Plural(len(problems), "problem", "problems"))})
 			for _, p := range problems {
 				rep.Problems = append(rep.Problems, p.Error())
 			}
@@ -88,7 +91,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer, defaultPath strin
 		rep.write(stdout)
 		return 2
 	}
-	rep.add(health.Result{Name: "config", Status: health.OK, Detail: *path + " is valid"})
+	rep.add(health.Result{Name: "config", Status: health.OK, Detail: setup.ConfigFile + " is valid"})
 	running, how := setup.Live.detect(ctx)
 	if running {
 		rep.Mode = "live"

@@ -65,7 +65,7 @@ func TestRunJSON(t *testing.T) {
 
 func TestRunBadConfig(t *testing.T) {
 	invalid := func(string) (Setup, error) {
-		return Setup{}, &InvalidConfig{Err: errors.Join(errors.New("llm.model: must not be empty"), errors.New("admin.listen: bad"))}
+		return Setup{}, &InvalidConfig{Err: errors.Join(errors.New("llm.model: must not be empty"), errors.New("admin.listen: bad")), Source: "./config.yaml"}
 	}
 	var out bytes.Buffer
 	if code := Run(t.Context(), nil, &out, "./config.yaml", invalid); code != 2 ||

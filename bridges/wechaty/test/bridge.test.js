@@ -184,6 +184,30 @@ test('a mock contact says hello and gets the daemon\'s answer', async () => {
   }
 })
 
+// Issue 21: a message the daemon refuses (here 70,000 bytes, over the
+// default bus.max_text_bytes) is answered in its chat with an error final
+// that names the limit, instead of leaving the user waiting.
+test('a refused room message is answered in the room with the reason', async (t) => {
+  if (!daemon.own) return t.skip('needs the test\'s own daemon (NATS_URL is set)')
+  const { bot, self, mike, room } = await mockWeChat()
+  const nc = await connect({ ...natsOptions(daemon.env, 'wechat'), maxReconnectAttempts: 0 })
+  const bridge = new Bridge({ bot, nc, channel: 'wechat' })
+  await bridge.start()
+  try {
+    const answer = waitFor('the refusal to reach the room', (done) => {
+      room.on('message', (m) => { if (m.talker().id === self.id) done(m.text()) })
+    })
+    mike.say('x'.repeat(70000)).to(room)
+    const text = await answer
+    assert.match(text, /not accepted: it is too long/)
+    assert.match(text, /Received 70000 bytes of text; the limit is 65536 bytes/)
+  } finally {
+    await bridge.stop()
+    await bot.stop()
+    await nc.close()
+  }
+})
+
 test('messages map to inbound envelopes', async () => {
   const { bot, self, mike, room } = await mockWeChat()
   try {
