@@ -62,7 +62,7 @@ function __switchboard_at
 end
 
 complete -c switchboard -f
-complete -c switchboard -n '__switchboard_at \'\'' -a 'serve' -d 'run the daemon (the default verb; --config defaults to ./config.yaml)'
+complete -c switchboard -n '__switchboard_at \'\'' -a 'serve' -d 'run the daemon (the default verb; ./config.yaml when it exists, else the built-in defaults)'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'chat' -d 'chat with a running daemon over the bus'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'doctor' -d 'diagnose: the running daemon\'s health, or the offline checks when none runs'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'check' -d 'diagnose: the running daemon\'s health, or the offline checks when none runs'
@@ -137,7 +137,7 @@ complete -c switchboard -n '__switchboard_at \'completion\'' -a 'zsh'
 complete -c switchboard -n '__switchboard_at \'completion\'' -a 'fish'
 complete -c switchboard -n '__switchboard_at \'completion\'' -l help
 complete -c switchboard -n '__switchboard_at \'version\'' -l help
-complete -c switchboard -n '__switchboard_at \'help\'' -a 'serve' -d 'run the daemon (the default verb; --config defaults to ./config.yaml)'
+complete -c switchboard -n '__switchboard_at \'help\'' -a 'serve' -d 'run the daemon (the default verb; ./config.yaml when it exists, else the built-in defaults)'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'chat' -d 'chat with a running daemon over the bus'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'doctor' -d 'diagnose: the running daemon\'s health, or the offline checks when none runs'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'check' -d 'diagnose: the running daemon\'s health, or the offline checks when none runs'
