@@ -43,7 +43,7 @@ func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return err
 	}
 	fmt.Fprintf(stdout, "Connected to %s as chat %q. Type a message, /help for commands, Ctrl-D to quit.\n", bus.RedactURL(op.URL), c.ChatID())
-	return c.Run(ctx, stdin)
+	return c.RunStdio(ctx, stdin, stdout)
 }
 
 // urlFlag registers --url on fs: the bus of `chat` and `bus tail` when it is
