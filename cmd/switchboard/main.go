@@ -20,6 +20,7 @@ import (
 	"syscall"
 
 	"github.com/switchboard-chat/switchboard/internal/buildinfo"
+	"github.com/switchboard-chat/switchboard/internal/setup"
 )
 
 const defaultConfigPath = "./config.yaml"
@@ -52,6 +53,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runServe(ctx, args, stderr)
 	case "chat":
 		err = runChat(ctx, args, stdin, stdout, stderr)
+	case "init":
+		err = setup.Run(ctx, args, stdin, stdout, stderr)
 	case "check":
 		return runCheck(ctx, args, stdout)
 	case "demo":
@@ -96,6 +99,7 @@ Usage:
   switchboard [serve] [--config FILE]              run the daemon (default: ./config.yaml)
   switchboard chat [--config FILE] [--chat ID] [--url URL]
                                                    chat with a running daemon over the bus
+  switchboard init [--yes] [--force] [--config FILE] write a minimal config.yaml: asks, checks each answer
   switchboard check [--config FILE]                validate the config and reach its dependencies
   switchboard bus tail [--config FILE] [--channel NAME] [--url URL]
                                                    print inbound, outbound, event and dead-letter traffic live
