@@ -83,7 +83,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("init: %w", err)
 	}
-	q := &asker{in: bufio.NewReader(stdin), out: stdout, yes: a.yes}
+	q := &asker{in: bufio.NewReader(stdin), out: stdout, yes: a.yes, fd: -1}
 	if f, ok := stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		q.fd = int(f.Fd())
 	}
@@ -252,6 +252,7 @@ func askTelegram(ctx context.Context, a *answers, q *asker) error {
 		failed := ""
 		if verr := cfg.Validate(); verr != nil {
 			failed = verr.Error()
+			q.say("  %s", failed)
 		} else {
 			failed = report(q, []health.Result{telegram.Check(ctx, &cfg, nil)})
 		}
@@ -261,7 +262,7 @@ func askTelegram(ctx context.Context, a *answers, q *asker) error {
 		if a.yes {
 			return fmt.Errorf("init: the Telegram token failed its check, nothing written: %s", bus.RedactURL(failed))
 		}
-		q.say("%s\nLet's try again.", failed)
+		q.say("Let's try again.")
 	}
 	q.say("Who may talk to the bot? Approving new users from a chat (pairing) is not built yet: this sets channels.telegram.allow_users.")
 	a.telegramAllow, err = q.ask("Telegram users allowed (ids or @usernames, comma separated; * for everyone; empty for nobody yet)", a.telegramAllow)
@@ -296,6 +297,7 @@ func askSlack(ctx context.Context, a *answers, q *asker) error {
 		failed := ""
 		if verr := cfg.Validate(); verr != nil {
 			failed = verr.Error()
+			q.say("  %s", failed)
 		} else {
 			failed = report(q, []health.Result{slackch.Check(ctx, &cfg, nil)})
 		}
@@ -305,7 +307,7 @@ func askSlack(ctx context.Context, a *answers, q *asker) error {
 		if a.yes {
 			return fmt.Errorf("init: the Slack tokens failed their check, nothing written: %s", failed)
 		}
-		q.say("%s\nLet's try again.", failed)
+		q.say("Let's try again.")
 	}
 	q.say("Who may talk to the bot? Approving new users from a chat (pairing) is not built yet: this sets channels.slack.allow_users.")
 	a.slackAllow, err = q.ask("Slack user ids allowed (U..., comma separated; * for everyone; empty for nobody yet)", a.slackAllow)

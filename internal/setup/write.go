@@ -142,7 +142,7 @@ type asker struct {
 	in  *bufio.Reader
 	out io.Writer
 	yes bool
-	fd  int // the terminal of in, for answers not echoed; 0 when in is none
+	fd  int // the terminal of in, for answers not echoed; -1 when in is none
 }
 
 func (q *asker) say(format string, args ...any) { fmt.Fprintf(q.out, format+"\n", args...) }
@@ -169,7 +169,7 @@ func (q *asker) ask(question, def string) (string, error) {
 // secret asks for a key or token; on a terminal it is not echoed, and
 // the default is shown masked.
 func (q *asker) secret(question, def string) (string, error) {
-	if q.yes || q.fd == 0 {
+	if q.yes || q.fd < 0 {
 		if q.yes {
 			return def, nil
 		}
