@@ -76,6 +76,8 @@ const (
 	left  = "\x1b[D"
 	up    = "\x1b[A"
 	enter = "\r"
+	ctrlA = "\x01" // to the start of the line
+	ctrlL = "\x0c" // clear the screen
 )
 
 // TestTerminalEditsAndRecalls: the arrow keys edit the line (no escape
@@ -85,7 +87,7 @@ func TestTerminalEditsAndRecalls(t *testing.T) {
 	d, br := setup(t, 0)
 	histFile := filepath.Join(t.TempDir(), "state", "chat_history")
 	r := runTerminal(t, br, console.Options{ChatID: "t1", UserID: "ann", HistoryFile: histFile, NoColor: true})
-	r.press(t, "helo"+left+"l"+enter)
+	r.press(t, "elo"+left+"l"+ctrlA+"h"+ctrlL+enter)
 	in := d.inbound(t, 1)
 	if in.Text != "hello" {
 		t.Fatalf("inbound text %q, want %q (the line as edited)", in.Text, "hello")
@@ -215,6 +217,33 @@ func TestTerminalStatusAndColours(t *testing.T) {
 	r.press(t, "/quit"+enter)
 	if err := r.returned(t); err != nil {
 		t.Fatalf("RunTerminal = %v", err)
+	}
+}
+
+// TestRunQuits: a piped "/quit" is not sent; Run waits for the answers
+// outstanding and returns, the input still open.
+func TestRunQuits(t *testing.T) {
+	d, br := setup(t, 0)
+	r := run(t, br, console.Options{ChatID: "t1", UserID: "ann"})
+	r.send(t, "hi")
+	in := d.inbound(t, 1)
+	r.send(t, "/quit")
+	r.send(t, "not sent")
+	d.out(t, "t1", bus.Outbound{ID: "o1", InReplyTo: in.ID, Kind: bus.KindReply, Text: "bye", Seq: 1, Final: true})
+	select {
+	case err := <-r.done:
+		r.done <- err
+		if err != nil {
+			t.Fatalf("Run after /quit = %v", err)
+		}
+	case <-time.After(wait):
+		t.Fatalf("Run did not return after /quit:\n%s", r.out.String())
+	}
+	if n := len(d.in.All()); n != 1 {
+		t.Fatalf("%d inbound envelopes, want only the one before /quit", n)
+	}
+	if got := r.out.String(); !strings.HasSuffix(got, "bye\n") {
+		t.Fatalf("output %q, want the answer before the end", got)
 	}
 }
 
