@@ -58,14 +58,10 @@ func (c *Client) RunStdio(ctx context.Context, stdin io.Reader, stdout io.Writer
 	if _, ok := os.LookupEnv("NO_COLOR"); ok || os.Getenv("TERM") == "dumb" {
 		c.opts.NoColor = true
 	}
-	width, height, err := term.GetSize(fd)
-	if err != nil {
-		width, height = 0, 0
-	}
 	return c.runTerminal(ctx, struct {
 		io.Reader
 		io.Writer
-	}{f, stdout}, width, height)
+	}{f, stdout}, fd)
 }
 
 // RunTerminal is the interactive front end over tty, a terminal in raw
@@ -75,18 +71,20 @@ func (c *Client) RunStdio(ctx context.Context, stdin io.Reader, stdout io.Writer
 // subscription or a publication fails. Like Run, it does not join the
 // goroutine blocked reading tty.
 func (c *Client) RunTerminal(ctx context.Context, tty io.ReadWriter) error {
-	return c.runTerminal(ctx, tty, 0, 0)
+	return c.runTerminal(ctx, tty, -1)
 }
 
-func (c *Client) runTerminal(ctx context.Context, tty io.ReadWriter, width, height int) error {
+// runTerminal is RunTerminal; fd, when not -1, is the terminal's, whose
+// size the line editor follows.
+func (c *Client) runTerminal(ctx context.Context, tty io.ReadWriter, fd int) error {
 	hits := make(chan struct{}, 2)
 	keys := &interceptor{r: tty, busy: c.busy, hits: hits}
 	t := term.NewTerminal(struct {
 		io.Reader
 		io.Writer
 	}{keys, tty}, prompt)
-	if width > 0 && height > 0 {
-		_ = t.SetSize(width, height)
+	if fd >= 0 {
+		defer watchResize(fd, t)()
 	}
 	t.SetBracketedPasteMode(true)
 	defer t.SetBracketedPasteMode(false)
@@ -158,6 +156,13 @@ func (c *Client) readTerminal(ctx context.Context, t *term.Terminal, hist *histo
 		case <-ctx.Done():
 			return nil
 		}
+	}
+}
+
+// setSize sets t's size to the terminal fd's, when it has one.
+func setSize(fd int, t *term.Terminal) {
+	if w, h, err := term.GetSize(fd); err == nil && w > 0 && h > 0 {
+		_ = t.SetSize(w, h)
 	}
 }
 
