@@ -233,8 +233,12 @@ func (c *Client) session(ctx context.Context, read func(context.Context, chan<- 
 			text := strings.TrimRight(in.text, " \t\r\n")
 			switch {
 			case in.interrupt:
-				if !c.interrupt() {
+				stop, quit := c.interrupt()
+				if quit {
 					return nil
+				}
+				if !stop {
+					continue
 				}
 				text = stopCommand
 			case strings.TrimSpace(text) == "":
@@ -262,17 +266,21 @@ func (c *Client) busy() bool {
 	return len(c.pending) > 0
 }
 
-// interrupt handles a Ctrl-C: it reports whether /stop is to be sent (a
-// turn runs and no /stop was sent for it yet); false means quit.
-func (c *Client) interrupt() bool {
+// interrupt handles a Ctrl-C the interceptor caught while a turn ran:
+// stop when /stop is to be sent (the first for this turn), quit for the
+// second; neither when the turn ended meanwhile.
+func (c *Client) interrupt() (stop, quit bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.pending) == 0 || c.stopping {
-		return false
+	switch {
+	case len(c.pending) == 0:
+		return false, false
+	case c.stopping:
+		return false, true
 	}
 	c.stopping = true
 	fmt.Fprintf(c.out, "%s\n", c.paint(colourNotice, "^C: stopping the turn (Ctrl-C again quits)"))
-	return true
+	return true, false
 }
 
 // send publishes one message. A refusal by the kit's validation is printed

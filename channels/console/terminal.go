@@ -90,7 +90,7 @@ func (c *Client) runTerminal(ctx context.Context, tty io.ReadWriter, fd int) err
 	defer t.SetBracketedPasteMode(false)
 	hist, warn := openHistory(c.opts.HistoryFile)
 	t.History = hist
-	c.tty = &screen{t: t}
+	c.tty = &screen{t: t, plain: c.opts.NoColor}
 	c.out = t
 	if warn != nil {
 		fmt.Fprintf(t, "%s\n", c.paint(colourError, "history not kept: "+warn.Error()))
@@ -169,7 +169,8 @@ func setSize(fd int, t *term.Terminal) {
 // screen is the prompt of the terminal front end: the status of the
 // running turn, or the paste marker.
 type screen struct {
-	t *term.Terminal
+	t     *term.Terminal
+	plain bool // no colours
 
 	mu      sync.Mutex
 	current string // status shown, "" when idle
@@ -202,8 +203,10 @@ func (s *screen) repaint() {
 	switch {
 	case s.pasting:
 		p = pastePrompt
+	case s.current != "" && s.plain:
+		p = "(" + s.current + ") " + prompt
 	case s.current != "":
-		p = "\x1b[2m(" + s.current + ")\x1b[0m " + prompt
+		p = "\x1b[" + colourStatus + "m(" + s.current + ")\x1b[0m " + prompt
 	}
 	s.t.SetPrompt(p)
 	_, _ = s.t.Write(nil)

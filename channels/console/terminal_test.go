@@ -165,6 +165,9 @@ func TestTerminalCtrlCStopsTheTurn(t *testing.T) {
 	if err := r.returned(t); err != nil {
 		t.Fatalf("RunTerminal after a second Ctrl-C = %v", err)
 	}
+	if got := r.out.String(); !strings.Contains(got, "(thinking…) > ") || strings.Contains(got, "\x1b[2m") || strings.Contains(got, "\x1b[33m") {
+		t.Fatalf("with NoColor, want the status plain and no colours:\n%q", got)
+	}
 }
 
 // TestTerminalQuits: Ctrl-C at an idle prompt quits, and so does /quit,
