@@ -45,7 +45,7 @@ func TestInitVerbWritesALoadableConfig(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.yaml")
 	var out bytes.Buffer
-	args := []string{"init", "--yes", "--config", path, "--data-dir", filepath.Join(dir, "state"), "--base-url", model.URL(),
+	args := []string{"init", "--yes", "--config", path, "--data-dir", filepath.Join(dir, "state"), "--base-url", model.URL(), "--api-key", "sk-$dollar${X}",
 		"--telegram-token", token, "--telegram-api-endpoint", tg, "--telegram-allow", "@ann,42"}
 	if code := run(t.Context(), args, strings.NewReader(""), &out, &out); code != 0 {
 		t.Fatalf("init exit %d:\n%s", code, out.String())
@@ -55,7 +55,7 @@ func TestInitVerbWritesALoadableConfig(t *testing.T) {
 		t.Fatalf("the written config does not load: %v", err)
 	}
 	want := defaultConfig()
-	if cfg.LLM.BaseURL != model.URL() || cfg.LLM.Model != "local-model" || cfg.LLM.APIKey != "" || cfg.LLM.MaxTokens != want.LLM.MaxTokens {
+	if cfg.LLM.BaseURL != model.URL() || cfg.LLM.Model != "local-model" || cfg.LLM.APIKey != "sk-$dollar${X}" || cfg.LLM.MaxTokens != want.LLM.MaxTokens {
 		t.Errorf("llm section %+v", cfg.LLM)
 	}
 	if cfg.DataDir != filepath.Join(dir, "state") || cfg.Agent.Workspace != filepath.Join(dir, "state", "workspace") || cfg.Bus.Listen != want.Bus.Listen {

@@ -43,6 +43,7 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 	"golang.org/x/term"
@@ -54,8 +55,12 @@ import (
 	"github.com/switchboard-chat/switchboard/llm"
 )
 
-// defaultDataDir is the daemon's default data_dir, not written when kept.
-const defaultDataDir = "./data"
+const (
+	// defaultDataDir is the daemon's default data_dir, not written when kept.
+	defaultDataDir = "./data"
+	// listTimeout bounds the model list shown (GET /models).
+	listTimeout = 10 * time.Second
+)
 
 // answers are the flags of `switchboard init`, then the answers.
 type answers struct {
@@ -205,6 +210,8 @@ func llmConfig(a *answers) llm.Config {
 func listModels(ctx context.Context, baseURL, key string) ([]string, error) {
 	oc := openai.DefaultConfig(key)
 	oc.BaseURL = strings.TrimRight(baseURL, "/")
+	ctx, cancel := context.WithTimeout(ctx, listTimeout)
+	defer cancel()
 	list, err := openai.NewClientWithConfig(oc).ListModels(ctx)
 	if err != nil {
 		return nil, err
