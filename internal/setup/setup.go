@@ -167,10 +167,10 @@ func envOr(a *answers, name, def string) string {
 func askModel(ctx context.Context, a *answers, q *asker) error {
 	for {
 		var err error
-		if a.baseURL, err = q.ask("Model endpoint (OpenAI-compatible base URL)", a.baseURL); err != nil {
+		if a.baseURL, err = q.ask(ctx, "Model endpoint (OpenAI-compatible base URL)", a.baseURL); err != nil {
 			return err
 		}
-		if a.apiKey, err = q.secret("API key (empty for none)", a.apiKey); err != nil {
+		if a.apiKey, err = q.secret(ctx, "API key (empty for none)", a.apiKey); err != nil {
 			return err
 		}
 		ids, listErr := listModels(ctx, a.baseURL, a.apiKey)
@@ -184,7 +184,7 @@ func askModel(ctx context.Context, a *answers, q *asker) error {
 		case def == "":
 			def = llm.DefaultConfig().Model
 		}
-		if a.model, err = q.ask("Model", def); err != nil {
+		if a.model, err = q.ask(ctx, "Model", def); err != nil {
 			return err
 		}
 		cfg := llmConfig(a)
@@ -248,11 +248,11 @@ func report(q *asker, results []health.Result) string {
 // talk to the bot, and checks the token.
 func askTelegram(ctx context.Context, a *answers, q *asker) error {
 	var err error
-	if a.useTelegram, err = q.yesNo("Enable Telegram?", a.useTelegram); err != nil || !a.useTelegram {
+	if a.useTelegram, err = q.yesNo(ctx, "Enable Telegram?", a.useTelegram); err != nil || !a.useTelegram {
 		return err
 	}
 	for {
-		if a.telegramToken, err = q.secret("Telegram bot token (from @BotFather)", a.telegramToken); err != nil {
+		if a.telegramToken, err = q.secret(ctx, "Telegram bot token (from @BotFather)", a.telegramToken); err != nil {
 			return err
 		}
 		cfg := telegramConfig(a)
@@ -272,7 +272,7 @@ func askTelegram(ctx context.Context, a *answers, q *asker) error {
 		q.say("Let's try again.")
 	}
 	q.say("Who may talk to the bot? Approving new users from a chat (pairing) is not built yet: this sets channels.telegram.allow_users.")
-	a.telegramAllow, err = q.ask("Telegram users allowed (ids or @usernames, comma separated; * for everyone; empty for nobody yet)", a.telegramAllow)
+	a.telegramAllow, err = q.ask(ctx, "Telegram users allowed (ids or @usernames, comma separated; * for everyone; empty for nobody yet)", a.telegramAllow)
 	return err
 }
 
@@ -290,14 +290,14 @@ func telegramConfig(a *answers) telegram.Config {
 // to the bot, and checks the bot token.
 func askSlack(ctx context.Context, a *answers, q *asker) error {
 	var err error
-	if a.useSlack, err = q.yesNo("Enable Slack?", a.useSlack); err != nil || !a.useSlack {
+	if a.useSlack, err = q.yesNo(ctx, "Enable Slack?", a.useSlack); err != nil || !a.useSlack {
 		return err
 	}
 	for {
-		if a.slackBot, err = q.secret("Slack bot token (xoxb-...)", a.slackBot); err != nil {
+		if a.slackBot, err = q.secret(ctx, "Slack bot token (xoxb-...)", a.slackBot); err != nil {
 			return err
 		}
-		if a.slackApp, err = q.secret("Slack app-level token for socket mode (xapp-...)", a.slackApp); err != nil {
+		if a.slackApp, err = q.secret(ctx, "Slack app-level token for socket mode (xapp-...)", a.slackApp); err != nil {
 			return err
 		}
 		cfg := slackConfig(a)
@@ -317,7 +317,7 @@ func askSlack(ctx context.Context, a *answers, q *asker) error {
 		q.say("Let's try again.")
 	}
 	q.say("Who may talk to the bot? Approving new users from a chat (pairing) is not built yet: this sets channels.slack.allow_users.")
-	a.slackAllow, err = q.ask("Slack user ids allowed (U..., comma separated; * for everyone; empty for nobody yet)", a.slackAllow)
+	a.slackAllow, err = q.ask(ctx, "Slack user ids allowed (U..., comma separated; * for everyone; empty for nobody yet)", a.slackAllow)
 	return err
 }
 

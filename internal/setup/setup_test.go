@@ -2,7 +2,9 @@ package setup_test
 
 import (
 	"bytes"
+	"context"
 	"flag"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -265,4 +267,40 @@ func TestInteractive(t *testing.T) {
 	if _, err := run(t, "", "--config", filepath.Join(dir, "other.yaml")); err == nil || !strings.Contains(err.Error(), "input ended") {
 		t.Fatalf("init with no answers = %v", err)
 	}
+}
+
+// TestInteractiveStops: a cancelled context (Ctrl-C) ends the questions
+// at once, with nothing written.
+func TestInteractiveStops(t *testing.T) {
+	newFakes(t)
+	dir := t.TempDir()
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { _ = pw.Close() })
+	ctx, cancel := context.WithCancel(t.Context())
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	w := &notify{w: &out, wrote: make(chan struct{}, 1)}
+	go func() { done <- setup.Run(ctx, []string{"--config", filepath.Join(dir, "config.yaml")}, pr, w, w) }()
+	<-w.wrote // the first question is asked
+	cancel()
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "nothing written") {
+		t.Fatalf("init after cancel = %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("written after a cancel: %v", entries)
+	}
+}
+
+// notify is a writer that says when it was written to.
+type notify struct {
+	w     io.Writer
+	wrote chan struct{}
+}
+
+func (n *notify) Write(p []byte) (int, error) {
+	select {
+	case n.wrote <- struct{}{}:
+	default:
+	}
+	return n.w.Write(p)
 }

@@ -1,17 +1,13 @@
 package setup
 
 import (
-	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
-	"golang.org/x/term"
 
 	"github.com/switchboard-chat/switchboard/workspace"
 )
@@ -134,89 +130,4 @@ func writeFiles(a *answers, data []byte) error {
 		return fmt.Errorf("init: %w", err)
 	}
 	return ws.Close()
-}
-
-// asker asks the questions on out and reads the answers from in; with
-// yes it asks nothing and takes the defaults.
-type asker struct {
-	in  *bufio.Reader
-	out io.Writer
-	yes bool
-	fd  int // the terminal of in, for answers not echoed; -1 when in is none
-}
-
-func (q *asker) say(format string, args ...any) { fmt.Fprintf(q.out, format+"\n", args...) }
-
-// ask asks one question; an empty answer keeps def.
-func (q *asker) ask(question, def string) (string, error) {
-	if q.yes {
-		return def, nil
-	}
-	fmt.Fprintf(q.out, "%s [%s]: ", question, def)
-	line, err := q.in.ReadString('\n')
-	if err != nil && (line == "" || !errors.Is(err, io.EOF)) {
-		if errors.Is(err, io.EOF) {
-			return "", errors.New("init: the input ended before every question was answered (use --yes with flags for scripts)")
-		}
-		return "", fmt.Errorf("init: read the answer: %w", err)
-	}
-	if line = strings.TrimSpace(line); line != "" {
-		return line, nil
-	}
-	return def, nil
-}
-
-// secret asks for a key or token; on a terminal it is not echoed, and
-// the default is shown masked.
-func (q *asker) secret(question, def string) (string, error) {
-	if q.yes || q.fd < 0 {
-		if q.yes {
-			return def, nil
-		}
-		answer, err := q.ask(question, mask(def))
-		if answer == mask(def) {
-			answer = def
-		}
-		return answer, err
-	}
-	fmt.Fprintf(q.out, "%s [%s]: ", question, mask(def))
-	b, err := term.ReadPassword(q.fd)
-	fmt.Fprintln(q.out)
-	if err != nil {
-		return "", fmt.Errorf("init: read the answer: %w", err)
-	}
-	if s := strings.TrimSpace(string(b)); s != "" {
-		return s, nil
-	}
-	return def, nil
-}
-
-// mask shows that a secret is set without showing it.
-func mask(s string) string {
-	switch {
-	case s == "":
-		return ""
-	case len(s) <= 8:
-		return "set"
-	}
-	return s[:4] + "…" + s[len(s)-2:]
-}
-
-// yesNo asks a yes/no question.
-func (q *asker) yesNo(question string, def bool) (bool, error) {
-	d := "y/N"
-	if def {
-		d = "Y/n"
-	}
-	answer, err := q.ask(question, d)
-	if err != nil {
-		return false, err
-	}
-	switch strings.ToLower(answer) {
-	case "y", "yes":
-		return true, nil
-	case "n", "no":
-		return false, nil
-	}
-	return def, nil
 }
