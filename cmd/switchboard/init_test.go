@@ -125,3 +125,22 @@ func TestInitInTmux(t *testing.T) {
 		t.Fatalf("workspace: %v", err)
 	}
 }
+
+// TestInitCtrlCInTmux: Ctrl-C at the (not echoed) key question ends the
+// wizard at once with nothing written, and the terminal echoes again.
+func TestInitCtrlCInTmux(t *testing.T) {
+	dir := t.TempDir()
+	env := []string{"HOME=" + dir, "TERM=xterm-256color", "OPENAI_API_KEY=", "OPENAI_BASE_URL="}
+	p := startTmux(t, dir, env, buildBinary(t), "init")
+	p.waitFor("Model endpoint (OpenAI-compatible base URL) [https://api.openai.com/v1]:")
+	p.keys("Enter")
+	p.waitFor("API key (empty for none) []:")
+	p.keys("C-c")
+	p.waitFor("nothing written")
+	p.waitFor("[exited 1]")
+	p.text("echoed again")
+	p.waitFor("echoed again")
+	if _, err := os.Stat(filepath.Join(dir, "config.yaml")); err == nil {
+		t.Fatal("config.yaml written after Ctrl-C")
+	}
+}

@@ -42,7 +42,7 @@ func startTmux(t *testing.T, dir string, env []string, argv ...string) *tmuxPane
 		quoted = append(quoted, "'"+strings.ReplaceAll(a, "'", `'\''`)+"'")
 	}
 	p.tmux("-f", "/dev/null", "new-session", "-d", "-s", "main", "-x", "120", "-y", "40", "-c", dir,
-		"sh", "-c", strings.Join(quoted, " ")+`; echo "[exited $?]"; read -r _`)
+		"sh", "-c", "trap true INT; "+strings.Join(quoted, " ")+`; echo "[exited $?]"; read -r _`) // the shell outlives a Ctrl-C
 	t.Cleanup(func() { _, _ = exec.Command("tmux", "-L", p.socket, "kill-server").CombinedOutput() })
 	return p
 }
