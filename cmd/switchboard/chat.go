@@ -13,8 +13,7 @@ import (
 	"github.com/switchboard-chat/switchboard/channels/console"
 )
 
-// runChat implements `switchboard chat [--config FILE] [--chat ID] [--url
-// URL]`: the terminal client (package channels/console) as the operator.
+// runChat is `switchboard chat`: the terminal client (channels/console) as the operator.
 func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("chat", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -43,18 +42,16 @@ func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return err
 	}
 	fmt.Fprintf(stdout, "Connected to %s as chat %q. Type a message, /help for commands, Ctrl-D to quit.\n", bus.RedactURL(op.URL), c.ChatID())
-	return c.Run(ctx, stdin)
+	return c.RunStdio(ctx, stdin, stdout)
 }
 
-// urlFlag registers --url on fs: the bus of `chat` and `bus tail` when it is
-// not the configuration's.
+// urlFlag registers --url on fs: the bus of `chat` and `bus tail` when not the configuration's.
 func urlFlag(fs *flag.FlagSet) *string {
 	return fs.String("url", "", "NATS URL of the bus, credentials in it (nats://TOKEN@host:4222, nats://user:password@host:4222); default: the configuration's bus, as an operator")
 }
 
-// operator returns how `chat` and `bus tail` connect: to busURL as given
-// (its credentials in it) when it is set, else as the operator of the
-// configuration's bus (natsbus.Config.Operator).
+// operator returns how `chat` and `bus tail` connect: to busURL as given (its credentials in
+// it) when it is set, else as the operator of the configuration's bus (natsbus.Config.Operator).
 func operator(cfg Config, busURL string) (natsbus.Operator, error) {
 	if busURL != "" {
 		return natsbus.Operator{URL: busURL, Source: "--url"}, nil

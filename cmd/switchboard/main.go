@@ -21,6 +21,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/internal/buildinfo"
 	"github.com/switchboard-chat/switchboard/internal/cli"
+	"github.com/switchboard-chat/switchboard/internal/setup"
 )
 
 const defaultConfigPath = "./config.yaml"
@@ -58,6 +59,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runServe(ctx, args, stderr)
 	case "chat":
 		err = runChat(ctx, args, stdin, stdout, stderr)
+	case "init":
+		err = setup.Run(ctx, args, stdin, stdout, stderr)
 	case "doctor", "check":
 		return runCheck(ctx, args, stdout)
 	case "demo":

@@ -6,11 +6,13 @@ __switchboard_spec() {
     words="" flags="" valued="" files=""
     case $1 in
     "")
-        words="serve chat doctor check bus history demo bench healthcheck completion version help" flags="--config --help --version" valued="config" files="config" ;;
+        words="serve chat init doctor check bus history demo bench healthcheck completion version help" flags="--config --help --version" valued="config" files="config" ;;
     "serve")
         words="" flags="--config --help" valued="config" files="config" ;;
     "chat")
         words="" flags="--config --chat --url --help" valued="config chat url" files="config" ;;
+    "init")
+        words="" flags="--config --yes --force --data-dir --base-url --api-key --model --telegram-token --telegram-api-endpoint --telegram-allow --slack-bot-token --slack-app-token --slack-api-url --slack-allow --help" valued="config data-dir base-url api-key model telegram-token telegram-api-endpoint telegram-allow slack-bot-token slack-app-token slack-api-url slack-allow" files="config data-dir" ;;
     "doctor"|"check")
         words="" flags="--config --json --help" valued="config" files="config" ;;
     "bus")
@@ -40,7 +42,7 @@ __switchboard_spec() {
     "version")
         words="" flags="--help" valued="" files="" ;;
     "help")
-        words="serve chat doctor check bus history demo bench healthcheck completion version help" flags="--help" valued="" files="" ;;
+        words="serve chat init doctor check bus history demo bench healthcheck completion version help" flags="--help" valued="" files="" ;;
     esac
 }
 

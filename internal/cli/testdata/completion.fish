@@ -10,6 +10,8 @@ function __switchboard_valued
             printf '%s\n' config
         case 'chat'
             printf '%s\n' config chat url
+        case 'init'
+            printf '%s\n' config data-dir base-url api-key model telegram-token telegram-api-endpoint telegram-allow slack-bot-token slack-app-token slack-api-url slack-allow
         case 'doctor' 'check'
             printf '%s\n' config
         case 'bus tail'
@@ -64,6 +66,7 @@ end
 complete -c switchboard -f
 complete -c switchboard -n '__switchboard_at \'\'' -a 'serve' -d 'run the daemon (the default verb; ./config.yaml when it exists, else the built-in defaults)'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'chat' -d 'chat with a running daemon over the bus'
+complete -c switchboard -n '__switchboard_at \'\'' -a 'init' -d 'write a minimal config.yaml: asks, and checks each answer'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'doctor' -d 'diagnose: the running daemon\'s health, or the offline checks when none runs'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'check' -d 'diagnose: the running daemon\'s health, or the offline checks when none runs'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'bus' -d 'the bus: live traffic, nats CLI context'
@@ -83,6 +86,21 @@ complete -c switchboard -n '__switchboard_at \'chat\'' -l config -r -F
 complete -c switchboard -n '__switchboard_at \'chat\'' -l chat -x
 complete -c switchboard -n '__switchboard_at \'chat\'' -l url -x
 complete -c switchboard -n '__switchboard_at \'chat\'' -l help
+complete -c switchboard -n '__switchboard_at \'init\'' -l config -r -F
+complete -c switchboard -n '__switchboard_at \'init\'' -l yes
+complete -c switchboard -n '__switchboard_at \'init\'' -l force
+complete -c switchboard -n '__switchboard_at \'init\'' -l data-dir -r -F
+complete -c switchboard -n '__switchboard_at \'init\'' -l base-url -x
+complete -c switchboard -n '__switchboard_at \'init\'' -l api-key -x
+complete -c switchboard -n '__switchboard_at \'init\'' -l model -x
+complete -c switchboard -n '__switchboard_at \'init\'' -l telegram-token -x
+complete -c switchboard -n '__switchboard_at \'init\'' -l telegram-api-endpoint -x
+complete -c switchboard -n '__switchboard_at \'init\'' -l telegram-allow -x
+complete -c switchboard -n '__switchboard_at \'init\'' -l slack-bot-token -x
+complete -c switchboard -n '__switchboard_at \'init\'' -l slack-app-token -x
+complete -c switchboard -n '__switchboard_at \'init\'' -l slack-api-url -x
+complete -c switchboard -n '__switchboard_at \'init\'' -l slack-allow -x
+complete -c switchboard -n '__switchboard_at \'init\'' -l help
 complete -c switchboard -n '__switchboard_at \'doctor\'' -l config -r -F
 complete -c switchboard -n '__switchboard_at \'doctor\'' -l json
 complete -c switchboard -n '__switchboard_at \'doctor\'' -l help
@@ -139,6 +157,7 @@ complete -c switchboard -n '__switchboard_at \'completion\'' -l help
 complete -c switchboard -n '__switchboard_at \'version\'' -l help
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'serve' -d 'run the daemon (the default verb; ./config.yaml when it exists, else the built-in defaults)'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'chat' -d 'chat with a running daemon over the bus'
+complete -c switchboard -n '__switchboard_at \'help\'' -a 'init' -d 'write a minimal config.yaml: asks, and checks each answer'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'doctor' -d 'diagnose: the running daemon\'s health, or the offline checks when none runs'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'check' -d 'diagnose: the running daemon\'s health, or the offline checks when none runs'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'bus' -d 'the bus: live traffic, nats CLI context'

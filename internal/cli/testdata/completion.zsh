@@ -7,7 +7,7 @@ __switchboard_spec() {
   words_=() flags_=() valued_=() files_=()
   case $1 in
   ("")
-    words_=('serve:run the daemon (the default verb; ./config.yaml when it exists, else the built-in defaults)' 'chat:chat with a running daemon over the bus' 'doctor:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'check:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'bus:the bus\: live traffic, nats CLI context' 'history:list, export (JSON Lines), reset or compact stored history (daemon stopped)' 'demo:a self-contained demo with a scripted model' 'bench:load a throw-away daemon (scripted model) and print turns/s, latency, memory' 'healthcheck:exit 0 when GET /healthz answers 200 (for containers)' 'completion:print a shell completion script' 'version:print the version' 'help:list the verbs, or show one verb'\''s help')
+    words_=('serve:run the daemon (the default verb; ./config.yaml when it exists, else the built-in defaults)' 'chat:chat with a running daemon over the bus' 'init:write a minimal config.yaml\: asks, and checks each answer' 'doctor:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'check:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'bus:the bus\: live traffic, nats CLI context' 'history:list, export (JSON Lines), reset or compact stored history (daemon stopped)' 'demo:a self-contained demo with a scripted model' 'bench:load a throw-away daemon (scripted model) and print turns/s, latency, memory' 'healthcheck:exit 0 when GET /healthz answers 200 (for containers)' 'completion:print a shell completion script' 'version:print the version' 'help:list the verbs, or show one verb'\''s help')
     flags_=(--config --help --version) valued_=(config) files_=(config) ;;
   ("serve")
     words_=()
@@ -15,6 +15,9 @@ __switchboard_spec() {
   ("chat")
     words_=()
     flags_=(--config --chat --url --help) valued_=(config chat url) files_=(config) ;;
+  ("init")
+    words_=()
+    flags_=(--config --yes --force --data-dir --base-url --api-key --model --telegram-token --telegram-api-endpoint --telegram-allow --slack-bot-token --slack-app-token --slack-api-url --slack-allow --help) valued_=(config data-dir base-url api-key model telegram-token telegram-api-endpoint telegram-allow slack-bot-token slack-app-token slack-api-url slack-allow) files_=(config data-dir) ;;
   ("doctor"|"check")
     words_=()
     flags_=(--config --json --help) valued_=(config) files_=(config) ;;
@@ -58,7 +61,7 @@ __switchboard_spec() {
     words_=()
     flags_=(--help) valued_=() files_=() ;;
   ("help")
-    words_=('serve:run the daemon (the default verb; ./config.yaml when it exists, else the built-in defaults)' 'chat:chat with a running daemon over the bus' 'doctor:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'check:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'bus:the bus\: live traffic, nats CLI context' 'history:list, export (JSON Lines), reset or compact stored history (daemon stopped)' 'demo:a self-contained demo with a scripted model' 'bench:load a throw-away daemon (scripted model) and print turns/s, latency, memory' 'healthcheck:exit 0 when GET /healthz answers 200 (for containers)' 'completion:print a shell completion script' 'version:print the version' 'help:list the verbs, or show one verb'\''s help')
+    words_=('serve:run the daemon (the default verb; ./config.yaml when it exists, else the built-in defaults)' 'chat:chat with a running daemon over the bus' 'init:write a minimal config.yaml\: asks, and checks each answer' 'doctor:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'check:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'bus:the bus\: live traffic, nats CLI context' 'history:list, export (JSON Lines), reset or compact stored history (daemon stopped)' 'demo:a self-contained demo with a scripted model' 'bench:load a throw-away daemon (scripted model) and print turns/s, latency, memory' 'healthcheck:exit 0 when GET /healthz answers 200 (for containers)' 'completion:print a shell completion script' 'version:print the version' 'help:list the verbs, or show one verb'\''s help')
     flags_=(--help) valued_=() files_=() ;;
   esac
 }
