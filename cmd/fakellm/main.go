@@ -1,7 +1,9 @@
 // Command fakellm serves a scripted, OpenAI-compatible chat completion
 // endpoint for trying Switchboard without a real model: "echo" mode answers
-// "echo: <your text>", "demo" mode also lists the workspace with the
-// list_dir tool when it is offered. Point llm.base_url at the printed URL.
+// "echo: <your text>", "demo" mode is the model of `switchboard demo`
+// (scripted.DemoResponder): it lists the workspace with the list_dir tool
+// only when asked about files, and answers a greeting with text. Point
+// llm.base_url at the printed URL.
 //
 // Usage:
 //
@@ -21,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/internal/scripted"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
@@ -45,7 +48,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("fakellm", flag.ContinueOnError)
 	fs.SetOutput(stdout)
 	listen := fs.String("listen", "127.0.0.1:8088", "address to listen on (host:port; port 0 picks a free one)")
-	mode := fs.String("mode", "demo", "reply rules: echo (echo the user's text) or demo (list the workspace with list_dir, echo otherwise)")
+	mode := fs.String("mode", "demo", "reply rules: echo (echo the user's text) or demo (the demo's model: list_dir only when asked about files, a greeting answered, echo otherwise)")
 	latency := fs.Duration("latency", 0, "delay before each reply's first byte")
 	chunk := fs.Int("chunk", 0, "stream text in chunks of this many bytes (0: one chunk)")
 	if err := fs.Parse(args); err != nil {
@@ -59,7 +62,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	case "echo":
 		responder = llmtest.EchoResponder
 	case "demo":
-		responder = llmtest.DemoResponder
+		responder = scripted.DemoResponder
 	default:
 		return fmt.Errorf("fakellm: --mode: must be echo or demo, got %q", *mode)
 	}

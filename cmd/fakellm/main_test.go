@@ -115,6 +115,20 @@ func TestDemoCallsListDir(t *testing.T) {
 	}
 }
 
+func TestDemoAnswersHelloWithText(t *testing.T) {
+	url := start(t)
+	resp, err := client(t, url).Stream(t.Context(), llm.Request{
+		Messages: []llm.Message{{Role: llm.RoleUser, Content: "hello"}},
+		Tools:    []llm.Tool{{Name: "list_dir", Description: "list", Parameters: json.RawMessage(`{"type":"object"}`)}},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.ToolCalls) != 0 || resp.Text == "" {
+		t.Fatalf("response %+v, want text and no tool call", resp)
+	}
+}
+
 func TestBadFlags(t *testing.T) {
 	tests := []struct {
 		args []string

@@ -4,7 +4,7 @@
 // records every request it receives.
 //
 // Replies come from a FIFO script (Handler.Enqueue), then from a Responder
-// (EchoResponder, DemoResponder or your own); with neither, a request gets a
+// (EchoResponder, internal/scripted's DemoResponder or your own); with neither, a request gets a
 // 500 error saying the script is exhausted. Replies can also fail in the
 // ways real servers do: HTTP errors with Retry-After, context overflow,
 // mid-stream errors, truncated or stalled streams, connection resets, slow
