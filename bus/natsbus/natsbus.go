@@ -84,6 +84,9 @@ type Bus struct {
 	consuming atomic.Bool
 	recreated atomic.Bool // the embedded consumer was recreated by Consume
 
+	partitions int                     // agent.partitions ([Config.Partitions])
+	parts      atomic.Pointer[[]*part] // the consumers Consume reads; nil before
+
 	outRetention time.Duration // bus.out_retention: CHAT_OUT's MaxAge and Duplicates
 	replicas     int           // bus.replicas: every stream's Replicas
 }
@@ -122,6 +125,7 @@ func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*
 	}
 	b.outRetention = cfg.OutRetentionOrDefault()
 	b.replicas = cfg.Replicas
+	b.partitions = cfg.Partitions
 	opts := []nats.Option{
 		nats.DrainTimeout(drainTimeout),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
