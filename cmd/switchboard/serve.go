@@ -105,6 +105,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	if err != nil {
 		return err
 	}
+	busCfg.Partitions = cfg.Agent.PartitionCount(cfg.Memory.Store == memcfg.StoreJetStream)
 	if tokenPath != "" {
 		log.Info("bus operator credential", "path", tokenPath, "created", created)
 	}
@@ -176,6 +177,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		ToolTimeout:     built.CallTimeout,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		ReadFile:        ws.ReadText,
+		Heartbeat:       b.Heartbeat(), // a third of the consumers' AckWait
 	}, agent.Deps{Source: b, Publisher: b, Store: store, Model: model, Tools: built.Toolbox, Prompts: ws, Log: log,
 		Summarizer: summarizer(cfg.LLM, model), Observer: mx, Skills: built.Skills, Memory: mem})
 	if err != nil {
