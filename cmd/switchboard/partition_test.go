@@ -1,0 +1,157 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchboard-chat/switchboard/agent"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/memory/memcfg"
+)
+
+// turnTracker is the scripted model of several instances: each instance
+// has its own model server whose responder records which session (chat)
+// is in a model call on which instance, the order of each chat's
+// messages, and every time a chat is in a model call on two instances at
+// once. Instances named in hold block in their model call until released.
+type turnTracker struct {
+	mu       sync.Mutex
+	running  map[string]string // chat -> instance in a model call
+	order    map[string][]int  // chat -> message numbers in model-call order
+	overlaps []string
+	calls    map[string]int // instance -> model calls
+	hold     map[string]chan struct{}
+	entered  chan string // "instance chat" of a held call
+}
+
+func newTurnTracker() *turnTracker {
+	return &turnTracker{running: map[string]string{}, order: map[string][]int{}, calls: map[string]int{},
+		hold: map[string]chan struct{}{}, entered: make(chan string, 100)}
+}
+
+// responder answers "message <chat>-<n>" with "answer <chat>-<n>" for
+// instance inst.
+func (tt *turnTracker) responder(inst string) llmtest.Responder {
+	return func(req *llmtest.Request) llmtest.Reply {
+		text := req.LastUserText()
+		id := strings.TrimPrefix(text[strings.LastIndex(text, "message "):], "message ")
+		chat, num, _ := strings.Cut(id, "-")
+		n, _ := strconv.Atoi(num)
+		tt.mu.Lock()
+		if other, busy := tt.running[chat]; busy {
+			tt.overlaps = append(tt.overlaps, fmt.Sprintf("chat %s: message %d on %s while a turn runs on %s", chat, n, inst, other))
+		} else {
+			tt.running[chat] = inst
+		}
+		tt.order[chat] = append(tt.order[chat], n)
+		tt.calls[inst]++
+		hold := tt.hold[inst]
+		tt.mu.Unlock()
+		if hold != nil {
+			tt.entered <- inst + " " + chat
+			<-hold
+		} else {
+			// The model's work: long enough that a chat's messages
+			// handed to two instances would meet here.
+			time.Sleep(20 * time.Millisecond)
+		}
+		tt.mu.Lock()
+		if tt.running[chat] == inst {
+			delete(tt.running, chat)
+		}
+		tt.mu.Unlock()
+		return llmtest.Reply{Text: "answer " + id}
+	}
+}
+
+func (tt *turnTracker) check(t *testing.T) {
+	t.Helper()
+	tt.mu.Lock()
+	defer tt.mu.Unlock()
+	t.Logf("model calls by instance: %v", tt.calls)
+	for _, o := range tt.overlaps[:min(len(tt.overlaps), 10)] {
+		t.Error("overlap: " + o)
+	}
+	for chat, ns := range tt.order {
+		if !slices.IsSorted(ns) {
+			t.Errorf("chat %s: messages reached the model in the order %v", chat, ns)
+		}
+	}
+}
+
+// partitionedInstance starts an in-process daemon on the external NATS at
+// url with memory.store jetstream (agent.partitions defaults to 16), one
+// turn per message, its model answering through tt as inst.
+func partitionedInstance(t *testing.T, url string, tt *turnTracker, inst string, partitions int) *externalDaemon {
+	t.Helper()
+	model := llmtest.NewServer(t, llmtest.WithResponder(tt.responder(inst)))
+	cfg := externalConfig(t, url, model.URL())
+	cfg.Memory.Store = memcfg.StoreJetStream
+	cfg.Agent.QueueMode = agent.QueueSequential
+	cfg.Agent.Partitions = partitions
+	return startExternalDaemon(t, cfg)
+}
+
+// sendAll sends msgs messages to each of chats chats ("c0".."c<n>"), the
+// chats concurrently and each chat's messages in order, without waiting
+// for answers, and returns the accepted ids.
+func sendAll(t *testing.T, p *publisher, chats, msgs int) []string {
+	t.Helper()
+	var wg sync.WaitGroup
+	for c := range chats {
+		wg.Go(func() {
+			for n := range msgs {
+				p.send(t.Context(), "c"+strconv.Itoa(c), fmt.Sprintf("c%d-%d", c, n))
+			}
+		})
+	}
+	wg.Wait()
+	return p.ids()
+}
+
+func senderOn(t *testing.T, url string) (*publisher, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, quietReconnecting()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &publisher{js: js, subj: bus.Subjects{Prefix: "chat"}}, js
+}
+
+func exactlyOnce(t *testing.T, finals map[string]int, ids []string) {
+	t.Helper()
+	for _, id := range ids {
+		if finals[id] != 1 {
+			t.Errorf("message %s got %d finals, want 1", id, finals[id])
+		}
+	}
+}
+
+// TestPartitionedInstancesNeverOverlap (issue 17, item 1): two instances
+// on one external NATS, many chats sending continuously: no chat's turn
+// ever runs on both instances at once, each chat's messages reach the
+// model in order, and every message gets exactly one final.
+func TestPartitionedInstancesNeverOverlap(t *testing.T) {
+	n := newNATSProcess(t)
+	tt := newTurnTracker()
+	partitionedInstance(t, n.url(), tt, "a", 0)
+	partitionedInstance(t, n.url(), tt, "b", 0)
+	p, js := senderOn(t, n.url())
+	ids := sendAll(t, p, 12, 8)
+	exactlyOnce(t, waitAllAnswered(t, js, ids), ids)
+	tt.check(t)
+}
