@@ -108,7 +108,14 @@ func (b *Bus) Consume(ctx context.Context, handler func(bus.Delivery)) error {
 		if err != nil {
 			return fmt.Errorf("natsbus: consume: %w", err)
 		}
+		bctx, stopBalance := context.WithCancel(ctx)
+		var balancing sync.WaitGroup
+		if b.partitions > 1 {
+			balancing.Go(func() { b.balance(bctx, parts, &one) })
+		}
 		restart := b.watch(ctx, ccs, status)
+		stopBalance()
+		balancing.Wait()
 		for _, cc := range ccs {
 			cc.Stop()
 		}
@@ -135,14 +142,15 @@ func (b *Bus) startConsuming(parts []*part, handler func(bus.Delivery), one *syn
 	ccs := make([]jetstream.ConsumeContext, 0, len(parts))
 	for _, p := range parts {
 		deliver := func(m jetstream.Msg) {
-			if p.k >= 0 {
-				if id := m.Headers().Get(pinIDHeader); id != "" {
-					p.pin.Store(&id)
-				}
-			}
 			d := delivery{Msg: m, subject: publishedSubject(b.subj, m.Subject())}
 			one.Lock()
 			defer one.Unlock()
+			if p.k >= 0 {
+				if !p.accept(m) {
+					return
+				}
+				d.settle = &settle{held: &p.held}
+			}
 			if !limit || !b.rateLimited(d) {
 				handler(d)
 			}
@@ -177,7 +185,26 @@ func (b *Bus) startConsuming(parts []*part, handler func(bus.Delivery), one *syn
 // soon ([delivery.Retry]).
 type delivery struct {
 	jetstream.Msg
-	subject string // as published: without the partition token
+	subject string  // as published: without the partition token
+	settle  *settle // nil but on a partition
+}
+
+// Ack, Nak, NakWithDelay, Term and TermWithReason settle the message:
+// the partition's balance no longer counts it as held here.
+func (d delivery) Ack() error  { defer d.settle.done(); return d.Msg.Ack() }
+func (d delivery) Nak() error  { defer d.settle.done(); return d.Msg.Nak() }
+func (d delivery) Term() error { defer d.settle.done(); return d.Msg.Term() }
+func (d delivery) DoubleAck(ctx context.Context) error {
+	defer d.settle.done()
+	return d.Msg.DoubleAck(ctx)
+}
+func (d delivery) NakWithDelay(delay time.Duration) error {
+	defer d.settle.done()
+	return d.Msg.NakWithDelay(delay)
+}
+func (d delivery) TermWithReason(reason string) error {
+	defer d.settle.done()
+	return d.Msg.TermWithReason(reason)
 }
 
 // Subject returns the subject the message was published on

@@ -114,6 +114,9 @@ type part struct {
 	name string
 	cons jetstream.Consumer
 	pin  atomic.Pointer[string]
+
+	held    atomic.Int64 // messages delivered and not yet settled ([settle])
+	release atomic.Pointer[releasing]
 }
 
 // pinned reports whether the pin the server holds for this consumer is

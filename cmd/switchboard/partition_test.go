@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/agent"
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/polltest"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
 )
@@ -101,21 +102,35 @@ func partitionedInstance(t *testing.T, url string, tt *turnTracker, inst string,
 	return startExternalDaemon(t, cfg)
 }
 
-// sendAll sends msgs messages to each of chats chats ("c0".."c<n>"), the
-// chats concurrently and each chat's messages in order, without waiting
-// for answers, and returns the accepted ids.
-func sendAll(t *testing.T, p *publisher, chats, msgs int) []string {
+// sendUntil sends messages to each of chats chats ("c0".."c<n>"), the
+// chats concurrently, each one message every 500 ms in order without
+// waiting for answers, until stop is closed, and returns the accepted ids.
+func sendUntil(t *testing.T, p *publisher, chats int, stop <-chan struct{}) []string {
 	t.Helper()
 	var wg sync.WaitGroup
 	for c := range chats {
 		wg.Go(func() {
-			for n := range msgs {
+			tick := time.NewTicker(500 * time.Millisecond)
+			defer tick.Stop()
+			for n := 0; ; n++ {
 				p.send(t.Context(), "c"+strconv.Itoa(c), fmt.Sprintf("c%d-%d", c, n))
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
 			}
 		})
 	}
 	wg.Wait()
 	return p.ids()
+}
+
+// callsOf returns the model calls instance inst made.
+func (tt *turnTracker) callsOf(inst string) int {
+	tt.mu.Lock()
+	defer tt.mu.Unlock()
+	return tt.calls[inst]
 }
 
 func senderOn(t *testing.T, url string) (*publisher, jetstream.JetStream) {
@@ -151,7 +166,15 @@ func TestPartitionedInstancesNeverOverlap(t *testing.T) {
 	partitionedInstance(t, n.url(), tt, "a", 0)
 	partitionedInstance(t, n.url(), tt, "b", 0)
 	p, js := senderOn(t, n.url())
-	ids := sendAll(t, p, 12, 8)
+	stop := make(chan struct{})
+	sent := make(chan []string)
+	go func() { sent <- sendUntil(t, p, 12, stop) }()
+	// Until both instances answer: the first one started holds every
+	// partition at first and releases its excess while chats send.
+	polltest.Until(t, 60*time.Second, 20*time.Millisecond, func() bool { return tt.callsOf("a") >= 20 && tt.callsOf("b") >= 20 },
+		func() string { return fmt.Sprintf("the instances never shared the work: model calls %d and %d", tt.callsOf("a"), tt.callsOf("b")) })
+	close(stop)
+	ids := <-sent
 	exactlyOnce(t, waitAllAnswered(t, js, ids), ids)
 	tt.check(t)
 }
