@@ -172,7 +172,9 @@ func TestPartitionedInstancesNeverOverlap(t *testing.T) {
 	// Until both instances answer: the first one started holds every
 	// partition at first and releases its excess while chats send.
 	polltest.Until(t, 60*time.Second, 20*time.Millisecond, func() bool { return tt.callsOf("a") >= 20 && tt.callsOf("b") >= 20 },
-		func() string { return fmt.Sprintf("the instances never shared the work: model calls %d and %d", tt.callsOf("a"), tt.callsOf("b")) })
+		func() string {
+			return fmt.Sprintf("the instances never shared the work: model calls %d and %d", tt.callsOf("a"), tt.callsOf("b"))
+		})
 	close(stop)
 	ids := <-sent
 	exactlyOnce(t, waitAllAnswered(t, js, ids), ids)
