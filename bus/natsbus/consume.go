@@ -104,7 +104,7 @@ func (b *Bus) Consume(ctx context.Context, handler func(bus.Delivery)) error {
 	}
 	var one sync.Mutex // the handler is called one message at a time
 	for {
-		ccs, err := b.startConsuming(parts, handler, &one)
+		ccs, err := b.startConsuming(ctx, parts, handler, &one)
 		if err != nil {
 			return fmt.Errorf("natsbus: consume: %w", err)
 		}
@@ -137,7 +137,7 @@ func (b *Bus) Consume(ctx context.Context, handler func(bus.Delivery)) error {
 
 // startConsuming starts the consume loop of every part; the handler is
 // called under one. On error the loops started are stopped.
-func (b *Bus) startConsuming(parts []*part, handler func(bus.Delivery), one *sync.Mutex) ([]jetstream.ConsumeContext, error) {
+func (b *Bus) startConsuming(ctx context.Context, parts []*part, handler func(bus.Delivery), one *sync.Mutex) ([]jetstream.ConsumeContext, error) {
 	limit := b.ns == nil && len(b.limits) > 0 // embedded: the ingress limits
 	ccs := make([]jetstream.ConsumeContext, 0, len(parts))
 	for _, p := range parts {
@@ -146,7 +146,7 @@ func (b *Bus) startConsuming(parts []*part, handler func(bus.Delivery), one *syn
 			one.Lock()
 			defer one.Unlock()
 			if p.k >= 0 {
-				if !p.accept(m) {
+				if !p.accept(ctx, m) {
 					return
 				}
 				d.settle = &settle{held: &p.held}

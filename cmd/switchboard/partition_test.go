@@ -31,12 +31,13 @@ type turnTracker struct {
 	overlaps []string
 	calls    map[string]int // instance -> model calls
 	hold     map[string]chan struct{}
-	entered  chan string // "instance chat" of a held call
+	entered  chan string     // "instance chat" of a held call
+	dead     map[string]bool // instances cut off: their calls are not counted
 }
 
 func newTurnTracker() *turnTracker {
 	return &turnTracker{running: map[string]string{}, order: map[string][]int{}, calls: map[string]int{},
-		hold: map[string]chan struct{}{}, entered: make(chan string, 100)}
+		hold: map[string]chan struct{}{}, entered: make(chan string, 100), dead: map[string]bool{}}
 }
 
 // responder answers "message <chat>-<n>" with "answer <chat>-<n>" for
@@ -48,6 +49,10 @@ func (tt *turnTracker) responder(inst string) llmtest.Responder {
 		chat, num, _ := strings.Cut(id, "-")
 		n, _ := strconv.Atoi(num)
 		tt.mu.Lock()
+		if tt.dead[inst] {
+			tt.mu.Unlock()
+			return llmtest.Reply{Text: "answer " + id}
+		}
 		if other, busy := tt.running[chat]; busy {
 			tt.overlaps = append(tt.overlaps, fmt.Sprintf("chat %s: message %d on %s while a turn runs on %s", chat, n, inst, other))
 		} else {
@@ -179,4 +184,60 @@ func TestPartitionedInstancesNeverOverlap(t *testing.T) {
 	ids := <-sent
 	exactlyOnce(t, waitAllAnswered(t, js, ids), ids)
 	tt.check(t)
+}
+
+// forget drops what instance inst has in flight and ignores its later
+// calls: it was cut off from NATS, so its model calls may still run (on
+// messages it received before), but nothing it does reaches the bus.
+func (tt *turnTracker) forget(inst string) {
+	tt.mu.Lock()
+	defer tt.mu.Unlock()
+	tt.dead[inst] = true
+	for chat, i := range tt.running {
+		if i == inst {
+			delete(tt.running, chat)
+		}
+	}
+}
+
+// TestPartitionFailover (issue 17, items 1 and 3): two instances on one
+// external NATS; the first holds the partitions and is cut off from NATS
+// (its connection closed abruptly) while its turns run. The other takes
+// its partitions over: the messages the dead instance held (delivered,
+// never acknowledged) and the ones sent after its death are answered,
+// each exactly once, in order.
+func TestPartitionFailover(t *testing.T) {
+	n := newNATSProcess(t)
+	tt := newTurnTracker()
+	held := make(chan struct{})
+	tt.hold["a"] = held
+	a := partitionedInstance(t, n.url(), tt, "a", 0)
+	b := partitionedInstance(t, n.url(), tt, "b", 0)
+	t.Cleanup(func() { close(held) }) // before the instances stop
+	p, js := senderOn(t, n.url())
+	const chats = 8
+	for c := range chats {
+		p.send(t.Context(), "c"+strconv.Itoa(c), fmt.Sprintf("c%d-0", c))
+	}
+	var first string
+	select {
+	case first = <-tt.entered:
+	case <-time.After(wait):
+		t.Fatal("no turn started on the first instance")
+	}
+	a.s.Bus.Conn().Close()
+	killed := time.Now()
+	tt.forget("a")
+	for c := range chats {
+		p.send(t.Context(), "c"+strconv.Itoa(c), fmt.Sprintf("c%d-1", c))
+	}
+	ids := p.ids()
+	finals := waitAllAnswered(t, js, ids)
+	t.Logf("turn in flight on the dead instance: %s; every message answered %s after the kill", first, time.Since(killed).Round(100*time.Millisecond))
+	exactlyOnce(t, finals, ids)
+	tt.check(t)
+	owned, err := b.s.Bus.Owned(t.Context())
+	if err != nil || len(owned) == 0 {
+		t.Fatalf("the surviving instance owns %v (%v)", owned, err)
+	}
 }
