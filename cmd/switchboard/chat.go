@@ -61,3 +61,14 @@ func operator(cfg Config, busURL string) (natsbus.Operator, error) {
 	}
 	return cfg.Bus.Operator(cfg.DataDir)
 }
+
+// statusTarget is how `switchboard status` reaches the bus of a
+// configuration file: as `chat` does, and under which subject prefix.
+func statusTarget(path, busURL string) (natsbus.Operator, string, error) {
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		return natsbus.Operator{}, "", err
+	}
+	op, err := operator(cfg, busURL)
+	return op, cfg.Bus.SubjectPrefix, err
+}

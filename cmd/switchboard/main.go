@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
 	"github.com/switchboard-chat/switchboard/internal/buildinfo"
 )
 
@@ -62,6 +63,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runBus(ctx, args, stdout, stderr)
 	case "history":
 		err = runHistory(ctx, args, stdout, stderr)
+	case "status":
+		err = natsbus.RunStatus(ctx, args, stdout, stderr, defaultConfigPath, statusTarget)
 	case "version", "--version":
 		fmt.Fprintln(stdout, buildinfo.String("switchboard", version))
 		return 0
@@ -103,6 +106,7 @@ Usage:
                                                    write a nats CLI context that reaches the bus as an operator
   switchboard history list|export|reset|compact [--config FILE] [--session KEY] [--out FILE]
                                                    list, export (JSON Lines), reset or compact stored history (daemon stopped)
+  switchboard status [--config FILE] [--url URL]   list the instances on the bus and the partitions each owns
   switchboard demo                                 a self-contained demo with a scripted model
   switchboard bench [--chats N] [--messages M] [--rate R] [--json FILE] [--compare FILE]
                                                    load a throw-away daemon (scripted model) and print turns/s, latency, memory

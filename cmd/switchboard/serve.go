@@ -185,6 +185,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	}
 	mx.Runtime(mgr, b)
 	g.Go(func() error {
+		return b.Announce(gctx, natsbus.Instance{Version: version, Started: t0}, adm.Addr, func(s string) { adm.SetDetail(compAgent, s) })
+	})
+	g.Go(func() error {
 		err := mgr.Run(gctx)
 		stopTools()
 		return err
