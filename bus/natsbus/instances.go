@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"regexp"
 	"slices"
@@ -33,7 +34,7 @@ const (
 
 // Instance is one entry of the registry.
 type Instance struct {
-	// Name is "<host>-<pid>" unless set.
+	// Name is [DefaultInstanceName] unless set.
 	Name     string    `json:"name"`
 	AdminURL string    `json:"admin_url,omitempty"`
 	Version  string    `json:"version,omitempty"`
@@ -54,11 +55,12 @@ func InstancesBucket(prefix string) string {
 
 var kvKeyUnsafe = regexp.MustCompile(`[^-_=a-zA-Z0-9]`)
 
-// DefaultInstanceName is "<host>-<pid>", with what a key may not hold
+// DefaultInstanceName is "<host>-<pid>-<6 random hex digits>" (two
+// buses of one process are two instances), with what a key may not hold
 // replaced by "_".
 func DefaultInstanceName() string {
 	host, _ := os.Hostname()
-	return kvKeyUnsafe.ReplaceAllString(fmt.Sprintf("%s-%d", cmp.Or(host, "host"), os.Getpid()), "_")
+	return kvKeyUnsafe.ReplaceAllString(fmt.Sprintf("%s-%d-%06x", cmp.Or(host, "host"), os.Getpid(), rand.N(1<<24)), "_")
 }
 
 // Announce reports, with partitions (agent.partitions > 1), which ones

@@ -2,6 +2,10 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -239,5 +243,100 @@ func TestPartitionFailover(t *testing.T) {
 	owned, err := b.s.Bus.Owned(t.Context())
 	if err != nil || len(owned) == 0 {
 		t.Fatalf("the surviving instance owns %v (%v)", owned, err)
+	}
+}
+
+// ownedOn returns the partitions /readyz says the instance owns, from its
+// line "agent: partitions owned [0 3] of 16 (instance NAME)".
+func ownedOn(t *testing.T, d *externalDaemon) string {
+	t.Helper()
+	_, body := d.readyz(t)
+	for line := range strings.Lines(body) {
+		if rest, ok := strings.CutPrefix(line, "agent: partitions owned "); ok {
+			owned, _, _ := strings.Cut(rest, " of ")
+			return owned
+		}
+	}
+	return ""
+}
+
+// TestPartitionOperations (issue 17, item 6): each instance's /readyz
+// says which partitions it owns, its metrics show them per partition,
+// and `switchboard status` lists both instances with their partitions.
+func TestPartitionOperations(t *testing.T) {
+	n := newNATSProcess(t)
+	tt := newTurnTracker()
+	a := partitionedInstance(t, n.url(), tt, "a", 0)
+	b := partitionedInstance(t, n.url(), tt, "b", 0)
+	p, js := senderOn(t, n.url())
+	for c := range 6 {
+		p.send(t.Context(), "c"+strconv.Itoa(c), fmt.Sprintf("c%d-0", c))
+	}
+	waitAllAnswered(t, js, p.ids())
+	var ownedA, ownedB string
+	polltest.Until(t, wait, 50*time.Millisecond, func() bool {
+		ownedA, ownedB = ownedOn(t, a), ownedOn(t, b)
+		return ownedA != "" && ownedB != "" && (ownedA != "none" || ownedB != "none")
+	}, func() string { return fmt.Sprintf("/readyz owned: %q and %q", ownedA, ownedB) })
+	owner, owned := a, ownedA
+	if owned == "none" {
+		owner, owned = b, ownedB
+	}
+	first := strings.Fields(strings.Trim(owned, "[]"))[0]
+	resp, err := http.Get(owner.adminURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := `switchboard_partition_owned{partition="` + first + `"} 1`; !strings.Contains(string(body), want+"\n") {
+		t.Errorf("metrics of the owner of partition %s lack %q", first, want)
+	}
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte("data_dir: "+t.TempDir()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut strings.Builder
+	polltest.Until(t, wait, 100*time.Millisecond, func() bool {
+		out.Reset()
+		code := run(t.Context(), []string{"status", "--config", cfgPath, "--url", n.url()}, nil, &out, &errOut)
+		return code == 0 && strings.Count(out.String(), " of 16") == 2 && strings.Contains(out.String(), owned+" of 16")
+	}, func() string { return fmt.Sprintf("switchboard status printed %q (stderr %q)", out.String(), errOut.String()) })
+	t.Logf("switchboard status:\n%s", out.String())
+}
+
+// TestPartitionsConfig: agent.partitions is 1 to 1024, or 0 for the
+// default (16 with memory.store jetstream, 1 with bolt); anything else is
+// refused naming the key.
+func TestPartitionsConfig(t *testing.T) {
+	for _, tc := range []struct {
+		yaml          string
+		bolt, js      int
+		wantErrSubstr string
+	}{
+		{yaml: "", bolt: 1, js: 16},
+		{yaml: "agent:\n  partitions: 4\n", bolt: 4, js: 4},
+		{yaml: "agent:\n  partitions: 1\n", bolt: 1, js: 1},
+		{yaml: "agent:\n  partitions: 1025\n", wantErrSubstr: "agent.partitions: must be between 1 and 1024, or 0 for the default (16 with memory.store jetstream, 1 with bolt), got 1025"},
+		{yaml: "agent:\n  partitions: -1\n", wantErrSubstr: "agent.partitions: must be between 1 and 1024"},
+		{yaml: "agent:\n  partitions: many\n", wantErrSubstr: "agent.partitions"},
+	} {
+		cfg, err := ParseConfig([]byte(tc.yaml), nil)
+		if tc.wantErrSubstr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErrSubstr) {
+				t.Errorf("%q: error %v, want one containing %q", tc.yaml, err, tc.wantErrSubstr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tc.yaml, err)
+			continue
+		}
+		if got := cfg.Agent.PartitionCount(false); got != tc.bolt {
+			t.Errorf("%q: partitions on bolt %d, want %d", tc.yaml, got, tc.bolt)
+		}
+		if got := cfg.Agent.PartitionCount(true); got != tc.js {
+			t.Errorf("%q: partitions on jetstream %d, want %d", tc.yaml, got, tc.js)
+		}
 	}
 }
