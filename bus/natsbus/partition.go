@@ -149,6 +149,12 @@ func (p *part) pinned(info *jetstream.ConsumerInfo) bool {
 func (b *Bus) consumerConfigs() []jetstream.ConsumerConfig {
 	cfgs := []jetstream.ConsumerConfig{ConsumerConfig(b.subj.Prefix)}
 	if b.partitions > 1 {
+		// The same subjects as "<p>.in.>", but as two filters: a consumer
+		// whose one filter is the stream's one subject counts as
+		// unfiltered, and the server would then keep every partition's
+		// acknowledged messages until it has passed them.
+		cfgs[0].FilterSubject = ""
+		cfgs[0].FilterSubjects = []string{b.subj.Prefix + ".in.*", b.subj.Prefix + ".in.*.>"}
 		for k := range b.partitions {
 			cfgs = append(cfgs, PartitionConsumerConfig(b.subj.Prefix, k))
 		}

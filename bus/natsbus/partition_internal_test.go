@@ -50,6 +50,10 @@ func TestPartitionHeldCount(t *testing.T) {
 			t.Errorf("%s: held %d after every message was acknowledged", p.name, h)
 		}
 	}
+	polltest.Until(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		s, err := b.js.Stream(t.Context(), b.streams.In)
+		return err == nil && s.CachedInfo().State.Msgs == 0
+	}, func() string { return "acknowledged messages stay in the work-queue stream" })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

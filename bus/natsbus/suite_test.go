@@ -28,9 +28,9 @@ func TestSourcePublisherConformance(t *testing.T) {
 // consumer per partition): deliveries keep their published subject.
 func TestSourcePublisherConformancePartitioned(t *testing.T) {
 	bustest.RunSourcePublisher(t, func(t *testing.T) bustest.Harness {
-		h := &natsHarness{dir: t.TempDir()}
+		h := &natsHarness{dir: t.TempDir(), partitions: 4}
 		cfg := inProcessConfig()
-		cfg.Partitions = 4
+		cfg.Partitions = h.partitions
 		h.Bus = open(t, cfg, h.dir)
 		return partitionedHarness{h}
 	})
@@ -47,7 +47,8 @@ func (partitionedHarness) PerChatOrder() bool { return true }
 // the bus and opening it again on the same store.
 type natsHarness struct {
 	*natsbus.Bus
-	dir string
+	dir        string
+	partitions int // reopened with the same agent.partitions
 }
 
 func (h *natsHarness) Inject(t testing.TB, subject string, data []byte) {
@@ -146,5 +147,7 @@ func (h *natsHarness) Restart(t testing.TB) {
 	if err := h.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	h.Bus = open(t, inProcessConfig(), h.dir)
+	cfg := inProcessConfig()
+	cfg.Partitions = h.partitions
+	h.Bus = open(t, cfg, h.dir)
 }

@@ -156,13 +156,24 @@ func senderOn(t *testing.T, url string) (*publisher, jetstream.JetStream) {
 	return &publisher{js: js, subj: bus.Subjects{Prefix: "chat"}}, js
 }
 
-func exactlyOnce(t *testing.T, finals map[string]int, ids []string) {
+// exactlyOnce checks that every id got one final, and that CHAT_IN
+// (a work queue) lets go of every answered message.
+func exactlyOnce(t *testing.T, js jetstream.JetStream, finals map[string]int, ids []string) {
 	t.Helper()
 	for _, id := range ids {
 		if finals[id] != 1 {
 			t.Errorf("message %s got %d finals, want 1", id, finals[id])
 		}
 	}
+	var left uint64
+	polltest.Until(t, wait, 50*time.Millisecond, func() bool {
+		s, err := js.Stream(t.Context(), "CHAT_IN")
+		if err != nil {
+			return false
+		}
+		left = s.CachedInfo().State.Msgs
+		return left == 0
+	}, func() string { return fmt.Sprintf("CHAT_IN keeps %d answered messages", left) })
 }
 
 // TestPartitionedInstancesNeverOverlap (issue 17, item 1): two instances
@@ -186,7 +197,7 @@ func TestPartitionedInstancesNeverOverlap(t *testing.T) {
 		})
 	close(stop)
 	ids := <-sent
-	exactlyOnce(t, waitAllAnswered(t, js, ids), ids)
+	exactlyOnce(t, js, waitAllAnswered(t, js, ids), ids)
 	tt.check(t)
 }
 
@@ -238,7 +249,7 @@ func TestPartitionFailover(t *testing.T) {
 	ids := p.ids()
 	finals := waitAllAnswered(t, js, ids)
 	t.Logf("turn in flight on the dead instance: %s; every message answered %s after the kill", first, time.Since(killed).Round(100*time.Millisecond))
-	exactlyOnce(t, finals, ids)
+	exactlyOnce(t, js, finals, ids)
 	tt.check(t)
 	owned, err := b.s.Bus.Owned(t.Context())
 	if err != nil || len(owned) == 0 {
@@ -301,7 +312,9 @@ func TestPartitionOperations(t *testing.T) {
 		out.Reset()
 		code := run(t.Context(), []string{"status", "--config", cfgPath, "--url", n.url()}, nil, &out, &errOut)
 		return code == 0 && strings.Count(out.String(), " of 16") == 2 && strings.Contains(out.String(), owned+" of 16")
-	}, func() string { return fmt.Sprintf("switchboard status printed %q (stderr %q)", out.String(), errOut.String()) })
+	}, func() string {
+		return fmt.Sprintf("switchboard status printed %q (stderr %q)", out.String(), errOut.String())
+	})
 	t.Logf("switchboard status:\n%s", out.String())
 }
 
