@@ -32,6 +32,9 @@ const (
 	announceEvery = 5 * time.Second
 )
 
+// PartitionsComponent names what [Bus.Announce] reports.
+const PartitionsComponent = "partitions"
+
 // Instance is one entry of the registry.
 type Instance struct {
 	// Name is [DefaultInstanceName] unless set.
@@ -64,13 +67,15 @@ func DefaultInstanceName() string {
 }
 
 // Announce reports, with partitions (agent.partitions > 1), which ones
-// this instance owns: to report (for /readyz) and into the registry, every
+// this instance owns: to report as the detail "owned [0 3] of 16
+// (instance NAME)" of the component [PartitionsComponent] (for /readyz)
+// and into the registry, every
 // announceEvery until ctx ends; then it deletes its entry and returns nil.
 // adminAddr ("host:port" of the admin server, "" when off) is read at
 // every put: the admin listener may bind late.
 // Without partitions it returns nil at once. A registry that cannot be
 // written is logged, not fatal: it reports only.
-func (b *Bus) Announce(ctx context.Context, inst Instance, adminAddr func() string, report func(detail string)) error {
+func (b *Bus) Announce(ctx context.Context, inst Instance, adminAddr func() string, report func(component, detail string)) error {
 	if b.partitions <= 1 {
 		return nil
 	}
@@ -81,7 +86,7 @@ func (b *Bus) Announce(ctx context.Context, inst Instance, adminAddr func() stri
 	defer t.Stop()
 	for {
 		owned, err := b.Owned(ctx)
-		report(fmt.Sprintf("partitions owned %s of %d (instance %s)", formatPartitions(owned), b.partitions, inst.Name))
+		report(PartitionsComponent, fmt.Sprintf("owned %s of %d (instance %s)", formatPartitions(owned), b.partitions, inst.Name))
 		if err == nil && kv == nil {
 			kv, err = b.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: InstancesBucket(b.subj.Prefix),
 				Description: "Switchboard instances (reporting only)", TTL: InstancesTTL, Replicas: max(1, b.replicas)})

@@ -258,12 +258,12 @@ func TestPartitionFailover(t *testing.T) {
 }
 
 // ownedOn returns the partitions /readyz says the instance owns, from its
-// line "agent: partitions owned [0 3] of 16 (instance NAME)".
+// line "partitions: owned [0 3] of 16 (instance NAME)".
 func ownedOn(t *testing.T, d *externalDaemon) string {
 	t.Helper()
 	_, body := d.readyz(t)
 	for line := range strings.Lines(body) {
-		if rest, ok := strings.CutPrefix(line, "agent: partitions owned "); ok {
+		if rest, ok := strings.CutPrefix(line, "partitions: owned "); ok {
 			owned, _, _ := strings.Cut(rest, " of ")
 			return owned
 		}

@@ -185,7 +185,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	}
 	mx.Runtime(mgr, b)
 	g.Go(func() error {
-		return b.Announce(gctx, natsbus.Instance{Version: version, Started: t0}, adm.Addr, func(s string) { adm.SetDetail(compAgent, s) })
+		return b.Announce(gctx, natsbus.Instance{Version: version, Started: t0}, adm.Addr, adm.SetDetail)
 	})
 	g.Go(func() error {
 		err := mgr.Run(gctx)
