@@ -1,7 +1,11 @@
 // Package natsbus is the NATS side of Switchboard's bus (DESIGN.md §3–4): it
 // starts the embedded nats-server (or connects to an external one), ensures
 // the JetStream streams CHAT_IN, CHAT_OUT and CHAT_DLQ, publishes envelopes
-// and runs the agent runtime's durable consumer on the inbound subjects.
+// and runs the agent runtime's durable consumer on the inbound subjects —
+// with agent.partitions above 1 ([Config.Partitions]) one pinned consumer
+// per partition, so that each session is consumed by one instance at a
+// time ([PartitionConsumerConfig], docs/scale-out.md), and an instance
+// registry for `switchboard status` ([Bus.Announce], [Status]).
 //
 // The embedded server authenticates every client. Bridges declared in
 // [Config.Bridges] are isolated from each other: each logs into its own NATS
