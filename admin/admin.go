@@ -75,6 +75,7 @@ type Component struct {
 	Name   string `json:"name"`
 	Ready  bool   `json:"ready"`
 	Reason string `json:"reason,omitempty"` // why it is not ready
+	Detail string `json:"detail,omitempty"` // what it reports beyond readiness (SetDetail)
 }
 
 // Server is the admin HTTP server and readiness registry.
@@ -88,6 +89,7 @@ type Server struct {
 	mu      sync.Mutex
 	pending map[string]string // component → reason it is not ready; absent = ready
 	known   map[string]bool   // every component ever expected or reported
+	details map[string]string // component → what it reports beyond readiness
 
 	started   atomic.Bool
 	addr      atomic.Pointer[string]
@@ -107,6 +109,7 @@ func New(cfg Config, log *slog.Logger) *Server {
 		mux:       http.NewServeMux(),
 		pending:   make(map[string]string),
 		known:     make(map[string]bool),
+		details:   make(map[string]string),
 		listening: make(chan struct{}),
 	}
 	s.mux.HandleFunc("GET /healthz", s.healthz)
@@ -145,6 +148,36 @@ func (s *Server) SetReady(component string, err error) {
 		reason = "not ready"
 	}
 	s.pending[component] = reason
+}
+
+// SetDetail records what a component reports on /readyz beyond its
+// readiness (one line, e.g. the partitions this instance owns); an empty
+// detail removes it. Details are listed after the status, sorted by
+// component, as "component: detail".
+func (s *Server) SetDetail(component, detail string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if detail == "" {
+		delete(s.details, component)
+		return
+	}
+	s.details[component] = oneLine(detail)
+}
+
+// detailLines returns the "component: detail" lines, sorted.
+func (s *Server) detailLines() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := make([]string, 0, len(s.details))
+	for c := range s.details {
+		names = append(names, c)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, c := range names {
+		fmt.Fprintf(&b, "%s: %s\n", c, s.details[c])
+	}
+	return b.String()
 }
 
 // NotReady returns the components that are not ready, mapped to their
@@ -258,7 +291,7 @@ func (s *Server) Components() []Component {
 	out := make([]Component, 0, len(s.known))
 	for c := range s.known {
 		reason, pending := s.pending[c]
-		out = append(out, Component{Name: c, Ready: !pending, Reason: oneLine(reason)})
+		out = append(out, Component{Name: c, Ready: !pending, Reason: oneLine(reason), Detail: s.details[c]})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -272,8 +305,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	pending := s.NotReady()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	details := s.detailLines()
 	if len(pending) == 0 {
-		_, _ = w.Write([]byte("ready\n"))
+		_, _ = w.Write([]byte("ready\n" + details))
 		return
 	}
 	names := make([]string, 0, len(pending))
@@ -286,6 +320,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	for _, c := range names {
 		fmt.Fprintf(&b, "%s: %s\n", c, oneLine(pending[c]))
 	}
+	b.WriteString(details)
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_, _ = w.Write([]byte(b.String()))
 }

@@ -376,3 +376,28 @@ func TestReadyzJSON(t *testing.T) {
 		t.Fatalf("all ready: GET /readyz?format=json = %d %s", code, body)
 	}
 }
+
+// TestReadyzDetails: a component's detail (the partitions an instance
+// owns) is listed on /readyz after the status, ready or not, and goes
+// away when set empty.
+func TestReadyzDetails(t *testing.T) {
+	s := New(Config{}, nil)
+	s.Expect("agent", "bus")
+	s.SetReady("agent", nil)
+	s.SetDetail("agent", "partitions owned [0 3]\nof 16")
+	code, body := get(t, s.Handler(), "/readyz")
+	if code != http.StatusServiceUnavailable || body != "not ready\nbus: starting\nagent: partitions owned [0 3] of 16\n" {
+		t.Errorf("not ready: %d %q", code, body)
+	}
+	s.SetReady("bus", nil)
+	if code, body := get(t, s.Handler(), "/readyz"); code != http.StatusOK || body != "ready\nagent: partitions owned [0 3] of 16\n" {
+		t.Errorf("ready: %d %q", code, body)
+	}
+	if _, body := get(t, s.Handler(), "/readyz?format=json"); !strings.Contains(body, `{"name":"agent","ready":true,"detail":"partitions owned [0 3] of 16"}`) {
+		t.Errorf("json: %s", body)
+	}
+	s.SetDetail("agent", "")
+	if code, body := get(t, s.Handler(), "/readyz"); code != http.StatusOK || body != "ready\n" {
+		t.Errorf("detail removed: %d %q", code, body)
+	}
+}

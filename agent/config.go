@@ -64,6 +64,35 @@ type Config struct {
 	// its turns runs: QueueCollect answers them together in the next turn,
 	// QueueSequential one turn per message.
 	QueueMode string `yaml:"queue_mode"`
+	// Partitions is how many partitions the inbound messages are spread
+	// over by a stable hash of their channel and chat (all of a session's
+	// messages land in one), each consumed by one instance at a time
+	// (docs/scale-out.md): 1 to [MaxPartitions]; 0, the default, means
+	// [DefaultSharedPartitions] with memory.store jetstream and 1 with
+	// bolt ([Config.PartitionCount]).
+	Partitions int `yaml:"partitions"`
+}
+
+// Bounds of agent.partitions.
+const (
+	// MaxPartitions is the largest agent.partitions.
+	MaxPartitions = 1024
+	// DefaultSharedPartitions is agent.partitions when it is 0 and the
+	// history is shared (memory.store jetstream).
+	DefaultSharedPartitions = 16
+)
+
+// PartitionCount returns agent.partitions, or its default when it is 0:
+// [DefaultSharedPartitions] when shared (memory.store jetstream: several
+// instances may run), else 1.
+func (c Config) PartitionCount(shared bool) int {
+	switch {
+	case c.Partitions > 0:
+		return c.Partitions
+	case shared:
+		return DefaultSharedPartitions
+	}
+	return 1
 }
 
 // Values of Config.QueueMode.
@@ -145,6 +174,10 @@ func (c Config) Validate() error {
 	}
 	if c.SubagentConcurrency < 1 || c.SubagentConcurrency > 32 {
 		errs = append(errs, fmt.Errorf("agent.subagent_concurrency: must be between 1 and 32, got %d", c.SubagentConcurrency))
+	}
+	if c.Partitions < 0 || c.Partitions > MaxPartitions {
+		errs = append(errs, fmt.Errorf("agent.partitions: must be between 1 and %d, or 0 for the default (%d with memory.store jetstream, 1 with bolt), got %d",
+			MaxPartitions, DefaultSharedPartitions, c.Partitions))
 	}
 	for _, name := range sortedKeys(c.Subagents) {
 		errs = append(errs, validateSubagent(name, c.Subagents[name])...)

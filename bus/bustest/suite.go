@@ -190,7 +190,9 @@ func (c *consumer) stop(t *testing.T) {
 }
 
 // testConsumeOrder: messages of two chats are delivered once each, in the
-// order they were stored, with their subject, bytes and rising sequence.
+// order they were stored, with their subject, bytes and rising sequence. A
+// harness whose PerChatOrder() reports true (a partitioned bus) keeps the
+// order within each chat only.
 func testConsumeOrder(t *testing.T, h Harness) {
 	s := h.Subjects()
 	type msg struct {
@@ -205,17 +207,35 @@ func testConsumeOrder(t *testing.T, h Harness) {
 		sent = append(sent, m)
 	}
 	c := consume(t, h, func(d bus.Delivery) { _ = d.Ack() })
-	var last uint64
-	for i, m := range sent {
+	perChat := false
+	if po, ok := h.(interface{ PerChatOrder() bool }); ok {
+		perChat = po.PerChatOrder()
+	}
+	last := map[string]uint64{}
+	next := map[string]int{}
+	for i := range sent {
 		d := c.next(t)
+		key := ""
+		if perChat {
+			key = d.Subject()
+		}
+		m := sent[i]
+		if perChat { // the chat's next message, whichever chat comes
+			for j := next[key]; j < len(sent); j++ {
+				if sent[j].subject == key {
+					m, next[key] = sent[j], j+1
+					break
+				}
+			}
+		}
 		if d.Subject() != m.subject || !bytes.Equal(d.Data(), m.data) {
 			t.Fatalf("delivery %d: %s %s, want %s %s", i, d.Subject(), d.Data(), m.subject, m.data)
 		}
 		info := d.Info()
-		if info.NumDelivered != 1 || info.Sequence <= last {
-			t.Errorf("delivery %d: %+v, want NumDelivered 1 and a sequence above %d", i, info, last)
+		if info.NumDelivered != 1 || info.Sequence <= last[key] {
+			t.Errorf("delivery %d: %+v, want NumDelivered 1 and a sequence above %d", i, info, last[key])
 		}
-		last = info.Sequence
+		last[key] = info.Sequence
 	}
 	c.stop(t)
 }

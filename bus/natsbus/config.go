@@ -59,6 +59,12 @@ type Config struct {
 	// generates the operators' token in data_dir ([OperatorTokenFile]).
 	// Required when Listen is not a loopback address.
 	Admin AdminConfig `yaml:"admin"`
+	// Partitions is agent.partitions, filled in by the daemon (not a key
+	// of the bus section): above 1 the in stream is partitioned and
+	// consumed through one pinned consumer per partition
+	// ([PartitionConsumerConfig]); 0 and 1 mean one consumer,
+	// [ConsumerName].
+	Partitions int `yaml:"-"`
 }
 
 // BridgeConfig declares one bridge (YAML "bus.bridges.<name>"). Exactly one
@@ -151,6 +157,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("bus.replicas: must be between 1 and %d (copies of each stream; 3 on a 3-node cluster), got %d", MaxReplicas, c.Replicas))
 	case c.Replicas > 1 && c.URL == "":
 		errs = append(errs, fmt.Errorf("bus.replicas: %d needs a NATS cluster of at least %d JetStream servers (set bus.url); the embedded server is a single node, so use 1", c.Replicas, c.Replicas))
+	}
+	if c.Partitions < 0 || c.Partitions > MaxPartitions {
+		errs = append(errs, fmt.Errorf("agent.partitions: must be between 1 and %d, got %d", MaxPartitions, c.Partitions))
 	}
 	errs = append(errs, c.validateBridges()...)
 	return errors.Join(errs...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,6 +25,8 @@ const (
 	MaxAckPending = 20_000
 	// pullBuffer is how many messages the client buffers ahead.
 	pullBuffer = 256
+	// pinIDHeader carries the pin id of a pinned consumer's message.
+	pinIDHeader = "Nats-Pin-Id"
 )
 
 // ConsumerConfig returns the configuration of the durable consumer for a
@@ -95,49 +98,119 @@ func (b *Bus) Consume(ctx context.Context, handler func(bus.Delivery)) error {
 	status := b.nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.CLOSED)
 	defer b.nc.RemoveStatusListener(status)
 
-	cons, err := b.setupConsumer(ctx)
+	parts, err := b.setupConsumers(ctx)
 	if err != nil {
 		return fmt.Errorf("natsbus: consume: %w", err)
 	}
-	limit := b.ns == nil && len(b.limits) > 0 // embedded: the ingress limits
-	deliver := func(m jetstream.Msg) {
-		if !limit || !b.rateLimited(m) {
-			handler(delivery{m})
-		}
-	}
+	var one sync.Mutex // the handler is called one message at a time
 	for {
-		cc, err := cons.Consume(deliver,
-			jetstream.PullMaxMessages(pullBuffer),
-			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-				if !b.closed.Load() {
-					b.log.Warn("consume error", "stream", b.streams.In, "consumer", ConsumerName, "err", err)
-				}
-			}),
-		)
+		ccs, err := b.startConsuming(ctx, parts, handler, &one)
 		if err != nil {
-			return fmt.Errorf("natsbus: consume %s/%s: %w", b.streams.In, ConsumerName, err)
+			return fmt.Errorf("natsbus: consume: %w", err)
 		}
-		b.log.Debug("consuming", "stream", b.streams.In, "consumer", ConsumerName)
-		restart := b.watch(ctx, cc, status)
-		cc.Stop()
-		<-cc.Closed()
+		bctx, stopBalance := context.WithCancel(ctx)
+		var balancing sync.WaitGroup
+		if b.partitions > 1 {
+			balancing.Go(func() { b.balance(bctx, parts, &one) })
+		}
+		restart := b.watch(ctx, ccs, status)
+		stopBalance()
+		balancing.Wait()
+		for _, cc := range ccs {
+			cc.Stop()
+		}
+		for _, cc := range ccs {
+			<-cc.Closed()
+		}
 		switch {
 		case b.closed.Load():
 			return fmt.Errorf("natsbus: consume: %w", ErrClosed)
 		case !restart:
 			return nil
 		}
-		if cons, err = b.recreate(ctx); err != nil {
+		if parts, err = b.recreate(ctx); err != nil {
 			return nil // ctx ended while retrying
 		}
 		b.log.Info("consumer re-created; consuming again", "stream", b.streams.In, "consumer", ConsumerName)
 	}
 }
 
+// startConsuming starts the consume loop of every part; the handler is
+// called under one. On error the loops started are stopped.
+func (b *Bus) startConsuming(ctx context.Context, parts []*part, handler func(bus.Delivery), one *sync.Mutex) ([]jetstream.ConsumeContext, error) {
+	limit := b.ns == nil && len(b.limits) > 0 // embedded: the ingress limits
+	ccs := make([]jetstream.ConsumeContext, 0, len(parts))
+	for _, p := range parts {
+		deliver := func(m jetstream.Msg) {
+			d := delivery{Msg: m, subject: publishedSubject(b.subj, m.Subject())}
+			one.Lock()
+			defer one.Unlock()
+			if p.k >= 0 {
+				if !p.accept(ctx, m) {
+					return
+				}
+				d.settle = &settle{held: &p.held}
+			}
+			if !limit || !b.rateLimited(d) {
+				handler(d)
+			}
+		}
+		opts := []jetstream.PullConsumeOpt{
+			jetstream.PullMaxMessages(pullBuffer),
+			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+				if !b.closed.Load() && !errors.Is(err, jetstream.ErrPinIDMismatch) {
+					b.log.Warn("consume error", "stream", b.streams.In, "consumer", p.name, "err", err)
+				}
+			}),
+		}
+		if p.k >= 0 {
+			opts = append(opts, jetstream.PullPriorityGroup(PriorityGroup), jetstream.PullExpiry(partitionPullExpiry))
+		}
+		cc, err := p.cons.Consume(deliver, opts...)
+		if err != nil {
+			for _, c := range ccs {
+				c.Stop()
+				<-c.Closed()
+			}
+			return nil, fmt.Errorf("consume %s/%s: %w", b.streams.In, p.name, err)
+		}
+		b.log.Debug("consuming", "stream", b.streams.In, "consumer", p.name)
+		ccs = append(ccs, cc)
+	}
+	return ccs, nil
+}
+
 // delivery is the [bus.Delivery] Consume hands out: the JetStream message,
 // with its delivery metadata ([delivery.Info]), which can also be retried
 // soon ([delivery.Retry]).
-type delivery struct{ jetstream.Msg }
+type delivery struct {
+	jetstream.Msg
+	subject string  // as published: without the partition token
+	settle  *settle // nil but on a partition
+}
+
+// Ack, Nak, NakWithDelay, Term and TermWithReason settle the message:
+// the partition's balance no longer counts it as held here.
+func (d delivery) Ack() error  { defer d.settle.done(); return d.Msg.Ack() }
+func (d delivery) Nak() error  { defer d.settle.done(); return d.Msg.Nak() }
+func (d delivery) Term() error { defer d.settle.done(); return d.Msg.Term() }
+func (d delivery) DoubleAck(ctx context.Context) error {
+	defer d.settle.done()
+	return d.Msg.DoubleAck(ctx)
+}
+func (d delivery) NakWithDelay(delay time.Duration) error {
+	defer d.settle.done()
+	return d.Msg.NakWithDelay(delay)
+}
+func (d delivery) TermWithReason(reason string) error {
+	defer d.settle.done()
+	return d.Msg.TermWithReason(reason)
+}
+
+// Subject returns the subject the message was published on
+// ("<p>.in.<channel>.<chat>"), also when the in stream stored it under its
+// partition's subject.
+func (d delivery) Subject() string { return d.subject }
 
 // Compile-time check: a wrapped JetStream message is a bus.Delivery.
 var _ bus.Delivery = delivery{}
@@ -174,16 +247,29 @@ func RetryDelay(n uint64) time.Duration {
 // streams and its consumer.
 const recreateWait = time.Second
 
-// watch waits while cc consumes. It returns false when ctx ends, true when
-// the consume loop must be restarted: it stopped on its own, or after a
-// reconnect the consumer was missing on the server.
-func (b *Bus) watch(ctx context.Context, cc jetstream.ConsumeContext, status <-chan nats.Status) bool {
+// watch waits while ccs consume. It returns false when ctx ends, true when
+// the consume loops must be restarted: one stopped on its own, or after a
+// reconnect a consumer was missing on the server.
+func (b *Bus) watch(ctx context.Context, ccs []jetstream.ConsumeContext, status <-chan nats.Status) bool {
+	stopped := make(chan struct{}, len(ccs))
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(done); wg.Wait() }()
+	for _, cc := range ccs {
+		wg.Go(func() {
+			select {
+			case <-cc.Closed():
+				stopped <- struct{}{}
+			case <-done:
+			}
+		})
+	}
 	down := false
 	for {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-cc.Closed():
+		case <-stopped:
 			if !b.closed.Load() {
 				b.log.Warn("consumer stopped; re-creating it", "stream", b.streams.In, "consumer", ConsumerName)
 			}
@@ -220,15 +306,19 @@ func (b *Bus) ensureAfterReconnect(ctx context.Context) (missing bool) {
 	if err := b.ensureBridgeConsumers(ctx, b.bridges); err != nil {
 		b.log.Warn("after reconnecting: could not ensure the bridges' consumers", "err", err)
 	}
-	_, err := b.js.Consumer(ctx, b.streams.In, ConsumerName)
-	return err != nil
+	for _, cfg := range b.consumerConfigs() {
+		if _, err := b.js.Consumer(ctx, b.streams.In, cfg.Durable); err != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // recreate ensures the streams, the bridges' consumers and the runtime's
 // consumer (created or updated, never deleted: its acknowledgement state
 // is kept), retrying every recreateWait until it succeeds or ctx ends.
-func (b *Bus) recreate(ctx context.Context) (jetstream.Consumer, error) {
-	var cons jetstream.Consumer
+func (b *Bus) recreate(ctx context.Context) ([]*part, error) {
+	var parts []*part
 	err := retry.Do(ctx, retry.Policy{
 		Schedule:  retry.Exponential(recreateWait, recreateWait), // a constant wait
 		Retryable: func(err error) bool { return !errors.Is(err, ErrClosed) },
@@ -244,34 +334,15 @@ func (b *Bus) recreate(ctx context.Context) (jetstream.Consumer, error) {
 			err = b.ensureBridgeConsumers(ctx, b.bridges)
 		}
 		if err == nil {
-			cons, err = b.js.CreateOrUpdateConsumer(ctx, b.streams.In, ConsumerConfig(b.subj.Prefix))
+			parts, err = b.setupConsumers(ctx)
 		}
 		return err
 	})
 	switch {
 	case err == nil:
-		return cons, nil
+		return parts, nil
 	case errors.Is(err, ErrClosed):
 		return nil, ErrClosed
 	}
 	return nil, ctx.Err()
-}
-
-func (b *Bus) setupConsumer(ctx context.Context) (jetstream.Consumer, error) {
-	cfg := ConsumerConfig(b.subj.Prefix)
-	if b.ns == nil || !b.recreated.CompareAndSwap(false, true) {
-		cons, err := b.js.CreateOrUpdateConsumer(ctx, b.streams.In, cfg)
-		if err != nil {
-			return nil, fmt.Errorf("create or update consumer %s/%s: %w", b.streams.In, ConsumerName, err)
-		}
-		return cons, nil
-	}
-	if err := b.js.DeleteConsumer(ctx, b.streams.In, ConsumerName); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return nil, fmt.Errorf("delete stale consumer %s/%s: %w", b.streams.In, ConsumerName, err)
-	}
-	cons, err := b.js.CreateConsumer(ctx, b.streams.In, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("create consumer %s/%s: %w", b.streams.In, ConsumerName, err)
-	}
-	return cons, nil
 }

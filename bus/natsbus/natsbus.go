@@ -1,7 +1,11 @@
 // Package natsbus is the NATS side of Switchboard's bus (DESIGN.md §3–4): it
 // starts the embedded nats-server (or connects to an external one), ensures
 // the JetStream streams CHAT_IN, CHAT_OUT and CHAT_DLQ, publishes envelopes
-// and runs the agent runtime's durable consumer on the inbound subjects.
+// and runs the agent runtime's durable consumer on the inbound subjects —
+// with agent.partitions above 1 ([Config.Partitions]) one pinned consumer
+// per partition, so that each session is consumed by one instance at a
+// time ([PartitionConsumerConfig], docs/scale-out.md), and an instance
+// registry for `switchboard status` ([Bus.Announce], [Status]).
 //
 // The embedded server authenticates every client. Bridges declared in
 // [Config.Bridges] are isolated from each other: each logs into its own NATS
@@ -84,6 +88,9 @@ type Bus struct {
 	consuming atomic.Bool
 	recreated atomic.Bool // the embedded consumer was recreated by Consume
 
+	partitions int                     // agent.partitions ([Config.Partitions])
+	parts      atomic.Pointer[[]*part] // the consumers Consume reads; nil before
+
 	outRetention time.Duration // bus.out_retention: CHAT_OUT's MaxAge and Duplicates
 	replicas     int           // bus.replicas: every stream's Replicas
 }
@@ -122,6 +129,7 @@ func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*
 	}
 	b.outRetention = cfg.OutRetentionOrDefault()
 	b.replicas = cfg.Replicas
+	b.partitions = cfg.Partitions
 	opts := []nats.Option{
 		nats.DrainTimeout(drainTimeout),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// ConsumerStats describes the runtime's inbound consumer.
+// ConsumerStats describes the runtime's inbound consumers.
 type ConsumerStats struct {
 	// Pending is the number of messages not yet delivered.
 	Pending uint64
@@ -17,16 +17,30 @@ type ConsumerStats struct {
 	Redelivered int
 }
 
-// ConsumerStats reads the inbound consumer's state from JetStream (one API
-// call). Safe for concurrent use.
+// ConsumerStats reads the inbound consumers' state from JetStream, summed
+// over [ConsumerName] and, with partitions, every partition's consumer
+// (one API call each). Safe for concurrent use.
 func (b *Bus) ConsumerStats(ctx context.Context) (ConsumerStats, error) {
-	c, err := b.js.Consumer(ctx, b.streams.In, ConsumerName)
-	if err != nil {
-		return ConsumerStats{}, fmt.Errorf("natsbus: consumer %s/%s: %w", b.streams.In, ConsumerName, err)
+	names := []string{ConsumerName}
+	if ps := b.parts.Load(); ps != nil {
+		names = names[:0]
+		for _, p := range *ps {
+			names = append(names, p.name)
+		}
 	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return ConsumerStats{}, fmt.Errorf("natsbus: consumer %s/%s info: %w", b.streams.In, ConsumerName, err)
+	var st ConsumerStats
+	for _, name := range names {
+		c, err := b.js.Consumer(ctx, b.streams.In, name)
+		if err != nil {
+			return ConsumerStats{}, fmt.Errorf("natsbus: consumer %s/%s: %w", b.streams.In, name, err)
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return ConsumerStats{}, fmt.Errorf("natsbus: consumer %s/%s info: %w", b.streams.In, name, err)
+		}
+		st.Pending += info.NumPending
+		st.AckPending += info.NumAckPending
+		st.Redelivered += info.NumRedelivered
 	}
-	return ConsumerStats{Pending: info.NumPending, AckPending: info.NumAckPending, Redelivered: info.NumRedelivered}, nil
+	return st, nil
 }

@@ -131,7 +131,10 @@ func StreamConfigsWith(prefix string, outRetention time.Duration, replicas int) 
 // the start-up waits for the slowest, not for the three in a row).
 func (b *Bus) ensureStreams(ctx context.Context) error {
 	var g errgroup.Group
-	for _, cfg := range StreamConfigsWith(b.subj.Prefix, b.outRetention, b.replicas) {
+	for i, cfg := range StreamConfigsWith(b.subj.Prefix, b.outRetention, b.replicas) {
+		if i == 0 {
+			cfg.SubjectTransform = PartitionTransform(b.subj.Prefix, b.partitions)
+		}
 		g.Go(func() error { return b.ensureStream(ctx, cfg) })
 	}
 	return g.Wait()

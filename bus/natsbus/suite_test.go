@@ -23,12 +23,32 @@ func TestSourcePublisherConformance(t *testing.T) {
 	})
 }
 
+// TestSourcePublisherConformancePartitioned: the same suite with
+// agent.partitions 4 (the in stream's subject transform, one pinned
+// consumer per partition): deliveries keep their published subject.
+func TestSourcePublisherConformancePartitioned(t *testing.T) {
+	bustest.RunSourcePublisher(t, func(t *testing.T) bustest.Harness {
+		h := &natsHarness{dir: t.TempDir(), partitions: 4}
+		cfg := inProcessConfig()
+		cfg.Partitions = h.partitions
+		h.Bus = open(t, cfg, h.dir)
+		return partitionedHarness{h}
+	})
+}
+
+// partitionedHarness is a natsHarness whose chats may sit in different
+// partitions: the order holds within each chat.
+type partitionedHarness struct{ *natsHarness }
+
+func (partitionedHarness) PerChatOrder() bool { return true }
+
 // natsHarness drives a natsbus.Bus from outside: it injects and reads
 // through JetStream, subscribes with core NATS, and restarts by closing
 // the bus and opening it again on the same store.
 type natsHarness struct {
 	*natsbus.Bus
-	dir string
+	dir        string
+	partitions int // reopened with the same agent.partitions
 }
 
 func (h *natsHarness) Inject(t testing.TB, subject string, data []byte) {
@@ -127,5 +147,7 @@ func (h *natsHarness) Restart(t testing.TB) {
 	if err := h.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	h.Bus = open(t, inProcessConfig(), h.dir)
+	cfg := inProcessConfig()
+	cfg.Partitions = h.partitions
+	h.Bus = open(t, cfg, h.dir)
 }

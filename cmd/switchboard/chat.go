@@ -58,3 +58,23 @@ func operator(cfg Config, busURL string) (natsbus.Operator, error) {
 	}
 	return cfg.Bus.Operator(cfg.DataDir)
 }
+
+// runStatus implements `switchboard status`: the instances registered on
+// the configuration's bus (or --url's) and the partitions each owns.
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path, busURL := configFlag(fs), urlFlag(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, _, err := LoadConfig(*path)
+	if err != nil {
+		return err
+	}
+	op, err := operator(cfg, *busURL)
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	return natsbus.Status(ctx, op, cfg.Bus.SubjectPrefix, stdout)
+}

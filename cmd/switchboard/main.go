@@ -71,6 +71,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runBus(ctx, args, stdout, stderr)
 	case "history":
 		err = runHistory(ctx, args, stdout, stderr)
+	case "status":
+		err = runStatus(ctx, args, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, buildinfo.String("switchboard", version))
 		return 0

@@ -109,6 +109,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	if err != nil {
 		return err
 	}
+	busCfg.Partitions = cfg.Agent.PartitionCount(cfg.Memory.Store == memcfg.StoreJetStream)
 	if tokenPath != "" {
 		log.Info("bus operator credential", "path", tokenPath, "created", created)
 	}
@@ -181,12 +182,16 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		ToolTimeout:     built.CallTimeout,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		ReadFile:        ws.ReadText,
+		Heartbeat:       b.Heartbeat(), // a third of the consumers' AckWait
 	}, agent.Deps{Source: b, Publisher: b, Store: store, Model: model, Tools: built.Toolbox, Prompts: ws, Log: log,
 		Summarizer: summarizer(cfg.LLM, model), Observer: mx, Skills: built.Skills, Memory: mem})
 	if err != nil {
 		return err
 	}
 	mx.Runtime(mgr, b)
+	g.Go(func() error {
+		return b.Announce(gctx, natsbus.Instance{Version: version, Started: t0}, adm.Addr, adm.SetDetail)
+	})
 	g.Go(func() error {
 		err := mgr.Run(gctx)
 		stopTools()

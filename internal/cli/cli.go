@@ -143,6 +143,15 @@ var Verbs = []Verb{
 		},
 	},
 	{
+		Name: "status", Summary: "list the instances on the bus and the partitions each owns",
+		About: "Lists the daemon instances registered on the bus (a key-value bucket each\n" +
+			"instance renews every few seconds: name, version, admin address, start time) and\n" +
+			"the partitions each owns, as the bus operator. One instance on bolt shows itself\n" +
+			"with its one partition.",
+		Flags:    []Flag{configFlag, urlFlag},
+		Examples: []string{"switchboard status", "switchboard status --url nats://user:password@nats-1:4222"},
+	},
+	{
 		Name: "demo", Summary: "a self-contained demo with a scripted model",
 		About: "Runs the daemon, a scripted model and the terminal chat in one process, on a\n" +
 			"throw-away folder. The model is a rule-based script, not a language model.",

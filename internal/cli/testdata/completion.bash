@@ -6,7 +6,7 @@ __switchboard_spec() {
     words="" flags="" valued="" files=""
     case $1 in
     "")
-        words="serve chat init doctor check bus history demo bench healthcheck completion version help" flags="--config --help --version" valued="config" files="config" ;;
+        words="serve chat init doctor check bus history status demo bench healthcheck completion version help" flags="--config --help --version" valued="config" files="config" ;;
     "serve")
         words="" flags="--config --help" valued="config" files="config" ;;
     "chat")
@@ -31,6 +31,8 @@ __switchboard_spec() {
         words="" flags="--config --session --help" valued="config session" files="config" ;;
     "history compact")
         words="" flags="--config --help" valued="config" files="config" ;;
+    "status")
+        words="" flags="--config --url --help" valued="config url" files="config" ;;
     "demo")
         words="" flags="--keep -v --help" valued="" files="" ;;
     "bench")
@@ -42,7 +44,7 @@ __switchboard_spec() {
     "version")
         words="" flags="--help" valued="" files="" ;;
     "help")
-        words="serve chat init doctor check bus history demo bench healthcheck completion version help" flags="--help" valued="" files="" ;;
+        words="serve chat init doctor check bus history status demo bench healthcheck completion version help" flags="--help" valued="" files="" ;;
     esac
 }
 
