@@ -92,6 +92,13 @@ type Deps struct {
 	// OutRetention is bus.out_retention (0: 24 h); records are kept twice
 	// it.
 	OutRetention time.Duration
+	// Records, when not nil, keeps the idempotency records and the finals
+	// instead of StatePath, and Seen the outbound ids shown
+	// (memory.store jetstream: shared by the instances that may take the
+	// listener over, so a client's retry through another instance joins
+	// its first request instead of starting a second turn).
+	Records Records
+	Seen    bridge.SeenStore
 	// NoModel, when true, answers every chat completion with 503: no
 	// language model is configured (llm section).
 	NoModel bool
@@ -215,12 +222,15 @@ func (c *Channel) Run(ctx context.Context) error {
 			c.log.Warn("close state file", "err", err)
 		}
 	}()
+	st.shared = c.deps.Records
 	if c.onStore != nil {
 		c.onStore(st)
 	}
-	seen, err := boltseen.Open(st.db, seenBucket, c.ttl, c.now)
-	if err != nil {
-		return fmt.Errorf("openai: %s: %w", c.deps.StatePath, err)
+	var seen bridge.SeenStore = c.deps.Seen
+	if seen == nil {
+		if seen, err = boltseen.Open(st.db, seenBucket, c.ttl, c.now); err != nil {
+			return fmt.Errorf("openai: %s: %w", c.deps.StatePath, err)
+		}
 	}
 	opts := c.bopts
 	opts.SeenStore = seen

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	goopenai "github.com/sashabaranov/go-openai"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/kvstate"
 )
 
 // TestSessionMapping: a session (header first, then the "user" field) is
@@ -198,5 +200,64 @@ func TestDisconnectStopsTheTurn(t *testing.T) {
 	}
 	if stops != 1 {
 		t.Errorf("%d /stop messages, want 1 (none for the request with an Idempotency-Key)", stops)
+	}
+}
+
+// TestIdempotencyKeyAcrossInstances: with the records in a shared store
+// (memory.store jetstream), a client that retries its request through
+// another instance — the first one stopped while the turn ran, and the
+// second has its own empty state file — joins the first request: no
+// second turn, and the answer is the first turn's.
+func TestIdempotencyKeyAcrossInstances(t *testing.T) {
+	e := newEnv(t)
+	shared, err := kvstate.OpenBucket(t.Context(), e.nc, kvstate.Config{Prefix: "test"}, kvstate.NameDelivered, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	instance := func(state string) func(*Deps) {
+		return func(d *Deps) {
+			d.StatePath, d.Records, d.Seen = state, shared, kvstate.Seen{Store: shared, Channel: Name}
+		}
+	}
+	release := make(chan struct{})
+	e.agent.set(func(in bus.Inbound) []bus.Outbound {
+		go func() {
+			<-release
+			e.agent.publish(t, reply(in, bus.KindReply, "answer "+in.Text))
+		}()
+		return nil
+	})
+	a := e.start(t, e.config(), instance(filepath.Join(t.TempDir(), "a.db")))
+	first := make(chan error, 1)
+	go func() {
+		_, err := idemClient(a, keyAnn, "k1").CreateChatCompletion(t.Context(), chatReq(userMsg("q")))
+		first <- err
+	}()
+	e.agent.waitInbound(t, "q", func(in bus.Inbound) bool { return in.Text == "q" })
+	_ = a.stop(t) // the instance goes away while the turn runs
+	<-first
+
+	b := e.start(t, e.config(), instance(filepath.Join(t.TempDir(), "b.db")))
+	close(release)
+	resp, err := idemClient(b, keyAnn, "k1").CreateChatCompletion(t.Context(), chatReq(userMsg("q")))
+	if err != nil || resp.Choices[0].Message.Content != "answer q" {
+		t.Fatalf("retry through the other instance: %+v, %v", resp, err)
+	}
+	// The retry publishes the first request's envelope again (in case the
+	// first instance died before its publish): the same id, which the
+	// stream's de-duplication drops. A second turn would be a second id.
+	ids := map[string]bool{}
+	for _, in := range e.agent.inbounds() {
+		ids[in.ID] = true
+	}
+	if len(ids) != 1 {
+		t.Errorf("%d inbound ids reached the bus, want 1: the retry started a second turn", len(ids))
+	}
+	st, err := e.js.Stream(t.Context(), "CHAT_IN")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := st.Info(t.Context()); err != nil || info.State.Msgs != 1 {
+		t.Errorf("CHAT_IN holds %v messages (%v), want 1", info.State.Msgs, err)
 	}
 }

@@ -1,6 +1,8 @@
 package openai
 
 import (
+	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +11,27 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 )
+
+// Records is where the idempotency records and the finals are kept when
+// several instances may serve the API in turn (memory.store jetstream:
+// the delivered bucket, whose values expire): a client retrying through
+// the instance that took the listener over finds its request and its
+// answer there. Modify is a read-modify-write checked on the revision
+// read, so two instances claiming one key agree on one record.
+type Records interface {
+	Get(ctx context.Context, key string) (value []byte, rev uint64, ok bool, err error)
+	Put(ctx context.Context, key string, value []byte) (uint64, error)
+	Modify(ctx context.Context, key string, fn func(old []byte, ok bool) ([]byte, error)) ([]byte, uint64, error)
+}
+
+// sharedTimeout bounds one read or write of the shared Records.
+const sharedTimeout = 5 * time.Second
+
+// sharedKey is the key of a record in the shared Records: kind ("req" or
+// "ans") and the record's own key, made a valid bucket key.
+func sharedKey(kind, key string) string {
+	return "openai." + kind + "." + base64.RawURLEncoding.EncodeToString([]byte(key))
+}
 
 // Buckets of openai.db.
 var (
@@ -49,9 +72,10 @@ type answer struct {
 // store keeps the idempotency records and the finals in a bbolt file. It
 // is safe for concurrent use.
 type store struct {
-	db  *bolt.DB
-	ttl time.Duration
-	now func() time.Time
+	db     *bolt.DB
+	shared Records // nil: the records are in db
+	ttl    time.Duration
+	now    func() time.Time
 
 	// failPut, when set (tests), makes putAnswer fail with its error;
 	// onPut, when set, sees every final stored.
@@ -95,6 +119,9 @@ func (s *store) close() error { return s.db.Close() }
 // and returns it with created true. One transaction: two concurrent
 // requests with the same key get the same record.
 func (s *store) claim(idem string, fresh request) (request, bool, error) {
+	if s.shared != nil {
+		return s.claimShared(idem, fresh)
+	}
 	var got request
 	created := false
 	err := s.db.Update(func(tx *bolt.Tx) error {
@@ -130,7 +157,13 @@ func (s *store) putAnswer(key string, a answer) error {
 	if err != nil {
 		return err
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketAnswers).Put([]byte(key), v) })
+	if s.shared != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), sharedTimeout)
+		_, err = s.shared.Put(ctx, sharedKey("ans", key), v)
+		cancel()
+	} else {
+		err = s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketAnswers).Put([]byte(key), v) })
+	}
 	if err != nil {
 		return fmt.Errorf("openai: store final: %w", err)
 	}
@@ -143,6 +176,9 @@ func (s *store) putAnswer(key string, a answer) error {
 
 // getAnswer returns the final stored for inbound id, if any.
 func (s *store) getAnswer(id string) (answer, bool, error) {
+	if s.shared != nil {
+		return s.getAnswerShared(id)
+	}
 	var a answer
 	found := false
 	err := s.db.View(func(tx *bolt.Tx) error {
@@ -202,4 +238,40 @@ func (s *store) prune() error {
 		}
 		return errors.Join(errs...)
 	})
+}
+
+// claimShared is claim on the shared Records.
+func (s *store) claimShared(idem string, fresh request) (request, bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), sharedTimeout)
+	defer cancel()
+	var got request
+	_, _, err := s.shared.Modify(ctx, sharedKey("req", idem), func(old []byte, ok bool) ([]byte, error) {
+		if ok && json.Unmarshal(old, &got) == nil && s.live(got.At) {
+			return old, nil
+		}
+		got = fresh
+		return json.Marshal(fresh)
+	})
+	if err != nil {
+		return request{}, false, fmt.Errorf("openai: store idempotency key: %w", err)
+	}
+	return got, got == fresh, nil
+}
+
+// getAnswerShared is getAnswer on the shared Records.
+func (s *store) getAnswerShared(id string) (answer, bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), sharedTimeout)
+	defer cancel()
+	v, _, ok, err := s.shared.Get(ctx, sharedKey("ans", id))
+	if err != nil || !ok {
+		if err != nil {
+			err = fmt.Errorf("openai: read final: %w", err)
+		}
+		return answer{}, false, err
+	}
+	var a answer
+	if err := json.Unmarshal(v, &a); err != nil {
+		return answer{}, false, fmt.Errorf("openai: read final: %w", err)
+	}
+	return a, s.live(a.At), nil
 }

@@ -125,8 +125,12 @@ type Options struct {
 	// State, when not nil, keeps the answered threads and denied users
 	// instead of StorePath (memory.store jetstream: shared by the
 	// instances that may take the channel over; the shown replies stay in
-	// StorePath).
+	// StorePath unless Seen is set).
 	State State
+	// Seen, when not nil, remembers the replies shown instead of
+	// StorePath (memory.store jetstream: an instance taking the channel
+	// over does not post a reply another instance already posted).
+	Seen bridge.SeenStore
 	// OutRetention is the daemon's bus.out_retention (0: 24 h): shown
 	// outbound ids are remembered for twice it, so a final the daemon
 	// re-publishes after a crash is not posted again.
@@ -272,7 +276,9 @@ func (a *Adapter) Run(ctx context.Context) error {
 		SeenTTL:       seenTTL(a.opts.OutRetention),
 		OnDuplicate:   func(bus.Outbound) { a.metrics().OutboundDuplicate(ChannelName) },
 	}
-	if st.db != nil {
+	if a.opts.Seen != nil {
+		bopts.SeenStore = a.opts.Seen
+	} else if st.db != nil {
 		seen, err := boltseen.Open(st.db, sentBucket, bopts.SeenTTL, a.now)
 		if err != nil {
 			return fmt.Errorf("slack: %s: %w", a.opts.StorePath, err)

@@ -88,8 +88,13 @@ type Deps struct {
 	StatePath string
 	// State, when not nil, keeps the getUpdates offset instead of the
 	// state file (memory.store jetstream: shared by the instances that may
-	// take the channel over; the outbound ids shown stay in StatePath).
+	// take the channel over; the outbound ids shown stay in StatePath
+	// unless Seen is set).
 	State State
+	// Seen, when not nil, remembers the outbound ids shown instead of the
+	// state file (memory.store jetstream: an instance taking the channel
+	// over drops a final another instance already sent).
+	Seen bridge.SeenStore
 	// OutRetention is the daemon's bus.out_retention (0: 24 h): shown
 	// outbound ids are remembered for twice it, so a final the daemon
 	// re-publishes after a crash is not sent to Telegram again.
@@ -312,7 +317,10 @@ func (a *Adapter) openState() (*bolt.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	seen, err := boltseen.Open(db, seenBucket, a.bopts.SeenTTL, a.tune.now)
+	var seen bridge.SeenStore = a.deps.Seen
+	if seen == nil {
+		seen, err = boltseen.Open(db, seenBucket, a.bopts.SeenTTL, a.tune.now)
+	}
 	if err == nil {
 		opts := a.bopts
 		opts.SeenStore = seen

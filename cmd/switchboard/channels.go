@@ -12,6 +12,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/bridge"
 	"github.com/switchboard-chat/switchboard/channels"
 	openaich "github.com/switchboard-chat/switchboard/channels/openai"
 	slackch "github.com/switchboard-chat/switchboard/channels/slack"
@@ -87,7 +88,7 @@ func newTelegram(cfg Config, d channelDeps) (channels.Channel, error) {
 	}
 	deps := telegram.Deps{Conn: d.Conn, Subjects: d.Subjects, MaxTextBytes: cfg.Bus.MaxTextBytes,
 		StatePath: filepath.Join(d.DataDir, "telegram.db"), OutRetention: cfg.Bus.OutRetentionOrDefault(),
-		State: d.State.Channels, Files: d.root(), Log: d.Log, Status: d.status(compTelegram), Metrics: d.Metrics}
+		State: d.State.Channels, Seen: d.seen(compTelegram), Files: d.root(), Log: d.Log, Status: d.status(compTelegram), Metrics: d.Metrics}
 	if cfg.LLM.TranscriptionModel != "" {
 		tr, err := llm.NewTranscriber(cfg.LLM, nil)
 		if err != nil {
@@ -111,7 +112,7 @@ func newSlack(cfg Config, d channelDeps) (channels.Channel, error) {
 		return nil, nil
 	}
 	a, err := slackch.New(*sc, slackch.Options{Conn: d.Conn, SubjectPrefix: d.Subjects.Prefix,
-		MaxTextBytes: cfg.Bus.MaxTextBytes, Inbox: d.root(), StorePath: filepath.Join(d.DataDir, "slack.db"), State: d.State.Channels,
+		MaxTextBytes: cfg.Bus.MaxTextBytes, Inbox: d.root(), StorePath: filepath.Join(d.DataDir, "slack.db"), State: d.State.Channels, Seen: d.seen(compSlack),
 		OutRetention: cfg.Bus.OutRetentionOrDefault(), Log: d.Log, Status: d.status(compSlack), Metrics: d.Metrics})
 	if err != nil {
 		return nil, err
@@ -127,11 +128,21 @@ func newOpenAI(cfg Config, d channelDeps) (channels.Channel, error) {
 		return nil, nil
 	}
 	c, err := openaich.New(*oc, openaich.Deps{Conn: d.Conn, Subjects: d.Subjects, MaxTextBytes: cfg.Bus.MaxTextBytes, NoModel: !cfg.LLM.Configured(),
-		StatePath: filepath.Join(d.DataDir, "openai.db"), OutRetention: cfg.Bus.OutRetentionOrDefault(), Log: d.Log, Status: d.status(openaich.Name), Metrics: d.Metrics})
+		StatePath: filepath.Join(d.DataDir, "openai.db"), Records: d.State.Delivered, Seen: d.seen(openaich.Name),
+		OutRetention: cfg.Bus.OutRetentionOrDefault(), Log: d.Log, Status: d.status(openaich.Name), Metrics: d.Metrics})
 	if err != nil {
 		return nil, err
 	}
 	return d.State.Leases.Channel(c, openaich.Name, "", d.status(openaich.Name)), nil
+}
+
+// seen is where the channel remembers the outbound ids it showed when
+// several instances may run it (the delivered bucket); nil: its own file.
+func (d channelDeps) seen(channel string) bridge.SeenStore {
+	if d.State.Delivered == nil {
+		return nil
+	}
+	return kvstate.Seen{Store: d.State.Delivered, Channel: channel}
 }
 
 // root is the workspace's root, nil without a workspace.

@@ -127,7 +127,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		}
 		defer js.Close()
 		hist = js
-		if state, err = kvstate.Open(ctx, b.Conn(), kvstate.Config{Prefix: strings.ReplaceAll(cfg.Bus.SubjectPrefix, ".", "_"), Replicas: cfg.Bus.Replicas}, log); err != nil {
+		if state, err = kvstate.Open(ctx, b.Conn(), kvstate.Config{Prefix: strings.ReplaceAll(cfg.Bus.SubjectPrefix, ".", "_"), Replicas: cfg.Bus.Replicas,
+			DeliveredTTL: 2 * cfg.Bus.OutRetentionOrDefault()}, log); err != nil {
 			return err
 		}
 	}

@@ -46,7 +46,16 @@ const (
 	NameMemory    = "memory"
 	NameSchedules = "schedules"
 	NameChannels  = "channels"
+	// NameDelivered holds what proves a delivery happened, for as long as
+	// a repeat can arrive: the outbound ids the channel adapters showed
+	// ([Seen]) and the OpenAI-compatible API's idempotency records. Its
+	// values expire after Config.DeliveredTTL.
+	NameDelivered = "delivered"
 )
+
+// DefaultDeliveredTTL is how long the delivered bucket keeps a value when
+// Config.DeliveredTTL is 0: twice bus.out_retention's default.
+const DefaultDeliveredTTL = 48 * time.Hour
 
 // maxModifyTries bounds Modify's retries on a conflicting write.
 const maxModifyTries = 64
@@ -61,6 +70,9 @@ type Config struct {
 	Replicas int
 	// LeaseTTL is the leases' TTL (0: lease.DefaultTTL).
 	LeaseTTL time.Duration
+	// DeliveredTTL is how long the delivered bucket keeps a value (0:
+	// [DefaultDeliveredTTL]); the daemon passes twice bus.out_retention.
+	DeliveredTTL time.Duration
 }
 
 // Store is what a [Bucket] offers; [Set] hands buckets out as Stores so
@@ -83,6 +95,7 @@ type Set struct {
 	Memory    Store         // long-term memory notes, by workspace path ([Key])
 	Schedules Store         // scheduled tasks, by task id
 	Channels  Store         // channel adapters' state, keys chosen by each adapter
+	Delivered Store         // shown outbound ids ([Seen]), idempotency records; values expire
 	Leases    *lease.Leases // "<prefix>_leases": what runs once (channels, the scheduler)
 }
 
@@ -94,15 +107,21 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) (Set
 		return Set{}, err
 	}
 	s := Set{Leases: ls}
+	delivered := cfg.DeliveredTTL
+	if delivered <= 0 {
+		delivered = DefaultDeliveredTTL
+	}
 	for _, b := range []struct {
 		name, desc string
+		ttl        time.Duration
 		dst        *Store
 	}{
-		{NameMemory, "Switchboard long-term memory notes (workspace path → file)", &s.Memory},
-		{NameSchedules, "Switchboard scheduled tasks", &s.Schedules},
-		{NameChannels, "Switchboard channel adapter state (Telegram offset, ...)", &s.Channels},
+		{NameMemory, "Switchboard long-term memory notes (workspace path → file)", 0, &s.Memory},
+		{NameSchedules, "Switchboard scheduled tasks", 0, &s.Schedules},
+		{NameChannels, "Switchboard channel adapter state (Telegram offset, ...)", 0, &s.Channels},
+		{NameDelivered, "Switchboard deliveries: outbound ids shown, idempotency records", delivered, &s.Delivered},
 	} {
-		bk, err := OpenBucket(ctx, nc, cfg, b.name, b.desc)
+		bk, err := openBucket(ctx, nc, cfg, b.name, b.desc, b.ttl)
 		if err != nil {
 			return Set{}, err
 		}
@@ -114,7 +133,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) (Set
 // Names returns the full names of the buckets [Open] opens for prefix.
 func Names(prefix string) []string {
 	var out []string
-	for _, n := range []string{NameMemory, NameSchedules, NameChannels} {
+	for _, n := range []string{NameMemory, NameSchedules, NameChannels, NameDelivered} {
 		out = append(out, bucketName(prefix, n))
 	}
 	return out
@@ -134,13 +153,18 @@ type Bucket struct {
 
 // OpenBucket creates or updates the bucket "<prefix>_<name>" on nc.
 func OpenBucket(ctx context.Context, nc *nats.Conn, cfg Config, name, desc string) (*Bucket, error) {
+	return openBucket(ctx, nc, cfg, name, desc, 0)
+}
+
+// openBucket is OpenBucket whose values expire after ttl (0: never).
+func openBucket(ctx context.Context, nc *nats.Conn, cfg Config, name, desc string, ttl time.Duration) (*Bucket, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("kvstate: %w", err)
 	}
 	bucket := bucketName(cfg.Prefix, name)
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Description: desc,
-		History: 1, Replicas: max(cfg.Replicas, 1), Storage: jetstream.FileStorage})
+		History: 1, Replicas: max(cfg.Replicas, 1), Storage: jetstream.FileStorage, TTL: ttl})
 	if err != nil {
 		return nil, fmt.Errorf("kvstate: bucket %s: %w", bucket, err)
 	}

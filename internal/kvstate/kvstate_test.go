@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/switchboard-chat/switchboard/bus/bustest"
@@ -121,5 +122,46 @@ func TestWatchAndRestart(t *testing.T) {
 	}
 	if len(all) != 1 || string(all["t2"]) != "two" {
 		t.Fatalf("after restart: %q", all)
+	}
+}
+
+// An outbound id one instance showed is seen by another (the instance that
+// took the channel over drops the repeat); ids are per channel; the
+// delivered bucket's values expire after Config.DeliveredTTL.
+func TestSeenAcrossInstances(t *testing.T) {
+	s := bustest.StartServer(t)
+	nc := bustest.Connect(t, s)
+	cfg := kvstate.Config{Prefix: "chat", DeliveredTTL: 3 * time.Hour}
+	a, err := kvstate.Open(t.Context(), nc, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := kvstate.Open(t.Context(), bustest.Connect(t, s), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shownA := kvstate.Seen{Store: a.Delivered, Channel: "telegram"}
+	if err := shownA.Record(t.Context(), "out-1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		channel, id string
+		want        bool
+	}{{"telegram", "out-1", true}, {"telegram", "out-2", false}, {"slack", "out-1", false}} {
+		got, err := kvstate.Seen{Store: b.Delivered, Channel: tt.channel}.Seen(t.Context(), tt.id)
+		if err != nil || got != tt.want {
+			t.Errorf("instance b: Seen(%s, %s) = %v, %v; want %v", tt.channel, tt.id, got, err, tt.want)
+		}
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), "chat_"+kvstate.NameDelivered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := kv.Status(t.Context()); err != nil || st.TTL() != 3*time.Hour {
+		t.Errorf("delivered bucket TTL = %v (%v), want 3h", st.TTL(), err)
 	}
 }
