@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -285,6 +287,38 @@ func (m *Manager) ActiveSessions() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.sessions)
+}
+
+// SessionState is one session as [Manager.Sessions] saw it, for the web
+// console's dashboard.
+type SessionState struct {
+	Key          string    // the session key, "<channel>/<chat>[/<thread>]"
+	State        string    // running (a goroutine works the queue), queued (messages wait, none runs) or idle
+	Queued       int       // messages waiting in the session's queue
+	LastActivity time.Time // when its last turn ended; now while running
+}
+
+// Sessions returns a read-only snapshot of the sessions in memory, sorted
+// by key.
+func (m *Manager) Sessions() []SessionState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	out := make([]SessionState, 0, len(m.sessions))
+	for k, s := range m.sessions {
+		s.mu.Lock()
+		st := SessionState{Key: k, State: "idle", Queued: len(s.queue), LastActivity: s.idleSince}
+		switch {
+		case s.running:
+			st.State, st.LastActivity = "running", now
+		case len(s.queue) > 0:
+			st.State = "queued"
+		}
+		s.mu.Unlock()
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b SessionState) int { return strings.Compare(a.Key, b.Key) })
+	return out
 }
 
 // The Manager is its sessions' host (sessionHost).
