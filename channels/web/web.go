@@ -91,10 +91,10 @@ type Deps struct {
 	Ready func(net.Addr)
 
 	// Dashboard sources.
-	Sessions func() []SessionInfo      // the agent's sessions
+	Sessions func() []SessionInfo     // the agent's sessions
 	Health   func() map[string]string // /readyz components not ready (empty: all ready)
-	Gather   Gatherer                  // the daemon's prometheus registry
-	Config   any                       // the effective configuration, secrets already redacted
+	Gather   Gatherer                 // the daemon's prometheus registry
+	Config   any                      // the effective configuration, secrets already redacted
 }
 
 // Channel is the web console. Build it with [New], run it once with
