@@ -415,3 +415,45 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("New with nobody allowed: %v", err)
 	}
 }
+
+// TestRedactConfig: every secret of the shipped configuration's shape is
+// hidden, counts named like tokens are not.
+func TestRedactConfig(t *testing.T) {
+	type admin struct {
+		Token    string `yaml:"token"`
+		Password string `yaml:"password"`
+	}
+	type key struct {
+		Key  string `yaml:"key"`
+		User string `yaml:"user"`
+	}
+	type llm struct {
+		APIKey    string        `yaml:"api_key"`
+		MaxTokens int           `yaml:"max_tokens"`
+		BaseURL   string        `yaml:"base_url"`
+		Timeout   time.Duration `yaml:"timeout"`
+	}
+	type cfg struct {
+		LLM    llm    `yaml:"llm"`
+		Admin  *admin `yaml:"admin"`
+		Keys   []key  `yaml:"keys"`
+		URL    string `yaml:"url"`
+		Secret string `yaml:"webhook_secret"`
+		Empty  string `yaml:"bot_token"`
+	}
+	v := cfg{LLM: llm{APIKey: "sk-live-123", MaxTokens: 4096, BaseURL: "https://api.example.com/v1", Timeout: 30 * time.Second},
+		Admin: &admin{Token: "t0ken", Password: "hunter2"}, Keys: []key{{Key: "sk-ann-0123456789", User: "ann"}},
+		URL: "nats://user:pa55@host:4222", Secret: "whsec"}
+	b, _ := json.Marshal(RedactConfig(v))
+	got := string(b)
+	for _, secret := range []string{"sk-live-123", "t0ken", "hunter2", "sk-ann-0123456789", "pa55", "whsec"} {
+		if strings.Contains(got, secret) {
+			t.Errorf("redacted config shows %q: %s", secret, got)
+		}
+	}
+	for _, want := range []string{`"max_tokens":4096`, `"timeout":"30s"`, `"base_url":"https://api.example.com/v1"`, `"bot_token":""`, `"api_key":"(redacted)"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("redacted config %s lacks %s", got, want)
+		}
+	}
+}

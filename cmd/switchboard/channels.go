@@ -8,14 +8,17 @@ import (
 	"path/filepath"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/switchboard-chat/switchboard/admin"
+	"github.com/switchboard-chat/switchboard/agent"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/channels"
 	openaich "github.com/switchboard-chat/switchboard/channels/openai"
 	slackch "github.com/switchboard-chat/switchboard/channels/slack"
 	"github.com/switchboard-chat/switchboard/channels/telegram"
+	webch "github.com/switchboard-chat/switchboard/channels/web"
 	"github.com/switchboard-chat/switchboard/internal/lease"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/workspace"
@@ -37,7 +40,10 @@ type channelDeps struct {
 	Log       *slog.Logger
 	Status    func(component string, err error) // admin.Server.SetReady; nil: nobody listens
 	Metrics   channels.Metrics                  // platform sends and rate-limit waits; nil discards
+	Health    func() map[string]string          // admin.Server.NotReady, for the web dashboard; nil: not shown
 	Leases    *lease.Leases                     // memory.store jetstream: each channel runs on one instance; nil: unwrapped
+	Sessions  func() []agent.SessionState       // the web dashboard's sessions; nil: not shown
+	Gather    prometheus.Gatherer               // the web dashboard's metrics; nil: not shown
 }
 
 // startChannels starts the built-in channel adapters whose sections are
@@ -48,7 +54,7 @@ func startChannels(ctx context.Context, g *errgroup.Group, cfg Config, d channel
 	for _, ch := range []struct {
 		name string
 		make func(Config, channelDeps) (channels.Channel, error)
-	}{{compTelegram, newTelegram}, {compSlack, newSlack}, {openaich.Name, newOpenAI}} {
+	}{{compTelegram, newTelegram}, {compSlack, newSlack}, {openaich.Name, newOpenAI}, {webch.Name, newWeb}} {
 		c, err := ch.make(cfg, d)
 		if err != nil {
 			return err
@@ -132,6 +138,33 @@ func newOpenAI(cfg Config, d channelDeps) (channels.Channel, error) {
 		return nil, err
 	}
 	return d.Leases.Channel(c, openaich.Name, "", d.status(openaich.Name)), nil
+}
+
+// newWeb builds the web console from channels.web (state in
+// data_dir/web.db, pairing codes in data_dir/web-pair), or nil when it
+// allows nobody. Its dashboard shows the agent's sessions, /readyz, the
+// metrics and cfg with secrets redacted.
+func newWeb(cfg Config, d channelDeps) (channels.Channel, error) {
+	wc := cfg.Channels.Web
+	if wc == nil || !wc.Enabled() {
+		return nil, nil
+	}
+	deps := webch.Deps{Conn: d.Conn, Subjects: d.Subjects, MaxTextBytes: cfg.Bus.MaxTextBytes, StatePath: filepath.Join(d.DataDir, "web.db"),
+		PairDir: webch.PairDir(d.DataDir), OutRetention: cfg.Bus.OutRetentionOrDefault(), NoModel: !cfg.LLM.Configured(), Log: d.Log,
+		Status: d.status(webch.Name), Metrics: d.Metrics, Health: d.Health, Gather: d.Gather, Config: webch.RedactConfig(cfg)}
+	if d.Sessions != nil {
+		deps.Sessions = func() (out []webch.SessionInfo) {
+			for _, s := range d.Sessions() {
+				out = append(out, webch.SessionInfo{Key: s.Key, State: s.State, Queued: s.Queued, LastActivity: s.LastActivity})
+			}
+			return out
+		}
+	}
+	c, err := webch.New(*wc, deps)
+	if err != nil {
+		return nil, err
+	}
+	return d.Leases.Channel(c, webch.Name, "", d.status(webch.Name)), nil
 }
 
 // root is the workspace's root, nil without a workspace.

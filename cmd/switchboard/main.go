@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	webch "github.com/switchboard-chat/switchboard/channels/web"
 	"github.com/switchboard-chat/switchboard/internal/buildinfo"
 )
 
@@ -62,6 +63,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runBus(ctx, args, stdout, stderr)
 	case "history":
 		err = runHistory(ctx, args, stdout, stderr)
+	case "web":
+		err = webch.RunVerb(ctx, args, stdout, stderr, func(p string) (webch.VerbConfig, error) {
+			c, err := LoadConfig(p)
+			return webch.VerbConfig{DataDir: c.DataDir, Web: c.Channels.Web}, err
+		})
 	case "version", "--version":
 		fmt.Fprintln(stdout, buildinfo.String("switchboard", version))
 		return 0
@@ -103,6 +109,7 @@ Usage:
                                                    write a nats CLI context that reaches the bus as an operator
   switchboard history list|export|reset|compact [--config FILE] [--session KEY] [--out FILE]
                                                    list, export (JSON Lines), reset or compact stored history (daemon stopped)
+  switchboard web pair [--config FILE] [--user NAME] print a one-time login code for the web console (channels.web)
   switchboard demo                                 a self-contained demo with a scripted model
   switchboard bench [--chats N] [--messages M] [--rate R] [--json FILE] [--compare FILE]
                                                    load a throw-away daemon (scripted model) and print turns/s, latency, memory

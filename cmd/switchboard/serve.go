@@ -188,7 +188,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return err
 	})
 	if err := startChannels(gctx, g, cfg, channelDeps{Conn: b.Conn(), Subjects: b.Subjects(), Workspace: ws,
-		DataDir: cfg.DataDir, Log: log, Status: adm.SetReady, Metrics: mx, Leases: leases}, adm); err != nil {
+		DataDir: cfg.DataDir, Log: log, Status: adm.SetReady, Metrics: mx, Leases: leases, Sessions: mgr.Sessions, Health: adm.NotReady, Gather: mx.Gatherer()}, adm); err != nil {
 		return err
 	}
 	g.Go(func() error {
