@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -14,6 +15,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -22,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 //go:embed assets
@@ -348,6 +351,16 @@ func (c *Channel) readMessage(w http.ResponseWriter, r *http.Request, l login, c
 			return bus.Inbound{}, nil, tooLarge
 		}
 		mt := fh.Header.Get("Content-Type")
+		names = append(names, fh.Filename)
+		if !strings.HasPrefix(mt, "image/") && c.deps.Files != nil {
+			note, err := c.saveFile(chat, in.ID, fh.Filename, mt, data)
+			if err != nil {
+				c.log.Error("save an uploaded file", "chat_id", chat, "err", err)
+				return bus.Inbound{}, nil, &httpError{http.StatusInternalServerError, "save_failed", "The file could not be saved in the workspace: " + fh.Filename}
+			}
+			in.Text = strings.TrimSpace(in.Text + "\n" + note)
+			continue
+		}
 		kind := bus.AttachFile
 		switch {
 		case strings.HasPrefix(mt, "image/"):
@@ -357,12 +370,38 @@ func (c *Channel) readMessage(w http.ResponseWriter, r *http.Request, l login, c
 		}
 		in.Attachments = append(in.Attachments, bus.Attachment{Kind: kind, Name: fh.Filename, MIME: mt, Size: int64(len(data)),
 			Data: base64.StdEncoding.EncodeToString(data)})
-		names = append(names, fh.Filename)
 	}
-	if strings.TrimSpace(text) == "" && len(in.Attachments) == 0 {
+	if strings.TrimSpace(in.Text) == "" && len(in.Attachments) == 0 {
 		return bus.Inbound{}, nil, &httpError{http.StatusBadRequest, "empty", "The message is empty."}
 	}
 	return in, names, nil
+}
+
+// saveFile writes an uploaded file into the chat's workspace inbox,
+// inbox/web/<chat>/<envelope id>-<name> (private to that chat; a retry of
+// the message overwrites it whole), and returns the note for the text.
+func (c *Channel) saveFile(chat, id, name, mimeType string, data []byte) (string, error) {
+	dir, err := workspace.InboxFolder(Name, chat)
+	if err != nil {
+		return "", err
+	}
+	base, err := workspace.Component(id + "-" + path.Base(strings.ReplaceAll(name, "\\", "/")))
+	if err != nil {
+		return "", err
+	}
+	rel := path.Join(dir, base)
+	root := c.deps.Files
+	if err := root.MkdirAll(dir, 0o750); err != nil {
+		return "", err
+	}
+	if err := root.WriteFile(rel+".part", data, 0o640); err != nil {
+		return "", err
+	}
+	if err := root.Rename(rel+".part", rel); err != nil {
+		_ = root.Remove(rel + ".part")
+		return "", err
+	}
+	return fmt.Sprintf("[The user sent a file, saved in the workspace as %s (%s, %d bytes)]", rel, cmp.Or(mimeType, "unknown type"), len(data)), nil
 }
 
 // publish publishes in, mapping the bus's refusals to words for the user.

@@ -47,6 +47,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -89,6 +90,10 @@ type Deps struct {
 	Metrics channels.Metrics
 	// Ready, when set, is called with the listener's address.
 	Ready func(net.Addr)
+	// Files is the workspace: uploaded files other than images are saved
+	// in its inbox/web/<chat>/ and named in the message text. Nil: they
+	// travel in the envelope as attachments (the agent sees only a note).
+	Files *os.Root
 
 	// Dashboard sources.
 	Sessions func() []SessionInfo     // the agent's sessions

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -455,5 +457,31 @@ func TestRedactConfig(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("redacted config %s lacks %s", got, want)
 		}
+	}
+}
+
+// TestUploadSavedInInbox: with a workspace, an uploaded file is saved in
+// the chat's inbox folder and named in the message text; an image stays
+// an attachment the model sees.
+func TestUploadSavedInInbox(t *testing.T) {
+	e := newEnv(t)
+	root, err := os.OpenRoot(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	r := e.start(t, e.config(), func(d *Deps) { d.Files = root })
+	ann := r.browser(t)
+	ann.login("ann", e.logCode(t))
+	if resp, body := ann.send("c1", "f1", "the data", map[string][]byte{"../../evil name.csv": []byte("a,b\n1,2\n")}); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("upload: %d %s", resp.StatusCode, body)
+	}
+	in := e.agent.waitInbound(t, "with the note", func(in bus.Inbound) bool { return strings.Contains(in.Text, "saved in the workspace as") })
+	m := regexp.MustCompile(`saved in the workspace as (\S+) `).FindStringSubmatch(in.Text)
+	if m == nil || !strings.HasPrefix(m[1], "inbox/web/") || strings.Contains(m[1], "..") || len(in.Attachments) != 0 {
+		t.Fatalf("inbound %q with %d attachments", in.Text, len(in.Attachments))
+	}
+	if data, err := root.ReadFile(m[1]); err != nil || string(data) != "a,b\n1,2\n" {
+		t.Fatalf("saved file %s: %q, %v", m[1], data, err)
 	}
 }

@@ -151,7 +151,7 @@ func newWeb(cfg Config, d channelDeps) (channels.Channel, error) {
 	}
 	deps := webch.Deps{Conn: d.Conn, Subjects: d.Subjects, MaxTextBytes: cfg.Bus.MaxTextBytes, StatePath: filepath.Join(d.DataDir, "web.db"),
 		PairDir: webch.PairDir(d.DataDir), OutRetention: cfg.Bus.OutRetentionOrDefault(), NoModel: !cfg.LLM.Configured(), Log: d.Log,
-		Status: d.status(webch.Name), Metrics: d.Metrics, Health: d.Health, Gather: d.Gather, Config: webch.RedactConfig(cfg)}
+		Files: d.root(), Status: d.status(webch.Name), Metrics: d.Metrics, Health: d.Health, Gather: d.Gather, Config: webch.RedactConfig(cfg)}
 	if d.Sessions != nil {
 		deps.Sessions = func() (out []webch.SessionInfo) {
 			for _, s := range d.Sessions() {
