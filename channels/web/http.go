@@ -331,7 +331,9 @@ func (c *Channel) readMessage(w http.ResponseWriter, r *http.Request, l login, c
 		return bus.Inbound{}, nil, &httpError{http.StatusBadRequest, "bad_request", "The message could not be read (multipart form with id, text and files)."}
 	}
 	defer func() { _ = r.MultipartForm.RemoveAll() }()
-	id, text := r.FormValue("id"), r.FormValue("text")
+	// Browsers send a form's line breaks as CRLF; the agent gets them as
+	// typed.
+	id, text := r.FormValue("id"), strings.ReplaceAll(r.FormValue("text"), "\r\n", "\n")
 	if !msgIDRE.MatchString(id) {
 		return bus.Inbound{}, nil, &httpError{http.StatusBadRequest, "bad_id", "A message needs an id of 1 to 64 of A-Z a-z 0-9 _ -."}
 	}
@@ -385,11 +387,7 @@ func (c *Channel) saveFile(chat, id, name, mimeType string, data []byte) (string
 	if err != nil {
 		return "", err
 	}
-	base, err := workspace.Component(id + "-" + path.Base(strings.ReplaceAll(name, "\\", "/")))
-	if err != nil {
-		return "", err
-	}
-	rel := path.Join(dir, base)
+	rel := path.Join(dir, id+"-"+fileName(name))
 	root := c.deps.Files
 	if err := root.MkdirAll(dir, 0o750); err != nil {
 		return "", err
@@ -402,6 +400,26 @@ func (c *Channel) saveFile(chat, id, name, mimeType string, data []byte) (string
 		return "", err
 	}
 	return fmt.Sprintf("[The user sent a file, saved in the workspace as %s (%s, %d bytes)]", rel, cmp.Or(mimeType, "unknown type"), len(data)), nil
+}
+
+// fileName reduces a browser's file name to a safe base name: letters,
+// digits, '.', '-' and '_' (others become '_'), no leading dot, at most
+// 120 bytes keeping the end (the extension).
+func fileName(name string) string {
+	name = path.Base(strings.ReplaceAll(name, "\\", "/"))
+	b := []byte(name)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') || c == '.' && i == 0 {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 120 {
+		b = b[len(b)-120:]
+	}
+	if len(b) == 0 || string(b) == "_" {
+		return "file"
+	}
+	return string(b)
 }
 
 // publish publishes in, mapping the bus's refusals to words for the user.

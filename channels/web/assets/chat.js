@@ -77,7 +77,7 @@
       body.appendChild(window.renderMarkdown(m.text || ""));
     }
     e.appendChild(body);
-    if (m.files && m.files.length) e.appendChild(text("div", "files", "📎 " + m.files.join(", ")));
+    if (m.files && m.files.length) e.appendChild(text("div", "files", "Files: " + m.files.join(", ")));
     return e;
   }
 
@@ -95,7 +95,11 @@
       if (fresh.querySelector(".files")) e.appendChild(fresh.querySelector(".files"));
     } else {
       e = bubble(m);
-      $("messages").appendChild(e);
+      if (m.role === "agent" && m.in_reply_to) e.dataset.replyTo = m.in_reply_to;
+      // A user's message goes before the answer to it, which may have come
+      // first over the event stream.
+      const answer = m.role === "user" ? [...$("messages").children].find((c) => c.dataset.replyTo === m.id) : null;
+      $("messages").insertBefore(e, answer || null);
     }
     state.shown.set(m.id, e);
     if (m.role === "agent" && m.in_reply_to) {
@@ -154,7 +158,7 @@
     if (ev.type === "tool_call") {
       const t = text("details", "tool running");
       const sum = text("summary");
-      sum.appendChild(text("span", "tool-name", "🔧 " + (d.name || "tool")));
+      sum.appendChild(text("span", "tool-name", "Tool " + (d.name || "tool")));
       sum.appendChild(text("span", "tool-status", " running…"));
       t.appendChild(sum);
       t.appendChild(text("pre", "tool-args", d.arguments || ""));
@@ -171,7 +175,7 @@
       if (d.error) t.classList.add("failed");
       const sum = t.querySelector("summary");
       sum.textContent = "";
-      sum.appendChild(text("span", "tool-name", "🔧 " + (d.name || "tool")));
+      sum.appendChild(text("span", "tool-name", "Tool " + (d.name || "tool")));
       sum.appendChild(text("span", "tool-status", (d.error ? " failed" : " done") + " in " + (d.duration_ms || 0) + " ms"));
       t.appendChild(text("pre", "tool-result", d.text || ""));
     }
@@ -240,14 +244,19 @@
     fd.append("text", msg);
     files.forEach((f) => fd.append("files", f, f.name));
     $("send").disabled = true;
+    // The box empties at once (a key event arriving after Enter must not
+    // land in the sent text) and gets the text back if the send fails.
+    const input = $("input");
+    const typed = input.value;
+    if (typed === msg) input.value = "";
     try {
       await api("/api/conversations/" + state.conv + "/messages", { method: "POST", body: fd });
       state.files = [];
       $("file").value = "";
       $("files").textContent = "";
-      if (msg === $("input").value) $("input").value = "";
       loadConvs().catch(() => {});
     } catch (x) {
+      if (typed === msg && input.value.trim() === "") input.value = typed;
       banner(x.message);
     } finally {
       $("send").disabled = false;
@@ -279,7 +288,7 @@
     $("new").addEventListener("click", () => send("/new"));
     $("file").addEventListener("change", (e) => {
       state.files = Array.from(e.target.files);
-      $("files").textContent = state.files.length ? "📎 " + state.files.map((f) => f.name + " (" + Math.ceil(f.size / 1024) + " KiB)").join(", ") : "";
+      $("files").textContent = state.files.length ? "Files: " + state.files.map((f) => f.name + " (" + Math.ceil(f.size / 1024) + " KiB)").join(", ") : "";
     });
     $("new-conv").addEventListener("click", () => {
       openConv(newConvID());
