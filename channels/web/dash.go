@@ -16,6 +16,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/internal/reqlog"
 )
 
 // Gatherer is the daemon's metrics registry (a prometheus.Gatherer).
@@ -27,7 +28,7 @@ const dlqShown = 50
 func (c *Channel) dashRoutes(mux *http.ServeMux) {
 	for path, h := range map[string]func(http.ResponseWriter, *http.Request, login){
 		"sessions": c.dashSessions, "traces": c.dashTraces, "health": c.dashHealth,
-		"dlq": c.dashDLQ, "metrics": c.dashMetrics, "config": c.dashConfig,
+		"dlq": c.dashDLQ, "metrics": c.dashMetrics, "config": c.dashConfig, "requests": c.dashRequests,
 	} {
 		mux.HandleFunc("GET /api/dash/"+path, c.authed(true, c.dashOnly(h)))
 	}
@@ -75,6 +76,16 @@ func (c *Channel) dashHealth(w http.ResponseWriter, _ *http.Request, _ login) {
 
 func (c *Channel) dashConfig(w http.ResponseWriter, _ *http.Request, _ login) {
 	writeJSON(w, http.StatusOK, map[string]any{"available": c.deps.Config != nil, "config": c.deps.Config})
+}
+
+// dashRequests lists the last model requests of ?session=KEY, newest
+// first.
+func (c *Channel) dashRequests(w http.ResponseWriter, r *http.Request, _ login) {
+	if c.deps.Requests == nil {
+		writeJSON(w, http.StatusOK, map[string]any{"available": false, "requests": []reqlog.Record{}})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"available": true, "requests": append([]reqlog.Record{}, c.deps.Requests(r.URL.Query().Get("session"))...)})
 }
 
 // dlqEntry is one dead letter for the dashboard.

@@ -60,6 +60,7 @@ import (
 	"github.com/switchboard-chat/switchboard/bus/bridge"
 	"github.com/switchboard-chat/switchboard/bus/bridge/boltseen"
 	"github.com/switchboard-chat/switchboard/channels"
+	"github.com/switchboard-chat/switchboard/internal/reqlog"
 )
 
 // Name is the channel instance name, the <channel> token of its subjects.
@@ -100,6 +101,8 @@ type Deps struct {
 	Health   func() map[string]string // /readyz components not ready (empty: all ready)
 	Gather   Gatherer                 // the daemon's prometheus registry
 	Config   any                      // the effective configuration, secrets already redacted
+	// Requests are the last model requests of a session (redacted).
+	Requests func(session string) []reqlog.Record
 }
 
 // Channel is the web console. Build it with [New], run it once with

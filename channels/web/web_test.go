@@ -18,6 +18,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/internal/polltest"
+	"github.com/switchboard-chat/switchboard/internal/reqlog"
 )
 
 // route is one endpoint of the console.
@@ -45,6 +46,7 @@ var protected = []route{
 	{"GET", "/api/dash/dlq", true},
 	{"GET", "/api/dash/metrics", true},
 	{"GET", "/api/dash/config", true},
+	{"GET", "/api/dash/requests?session=web%2Fann%3Ac1", true},
 	{"GET", "/api/nothing", true},
 }
 
@@ -352,6 +354,12 @@ func TestDashboard(t *testing.T) {
 		d.Health = func() map[string]string { return map[string]string{"slack": "token rejected"} }
 		d.Gather = reg
 		d.Config = map[string]any{"llm": map[string]string{"api_key": "(redacted)"}}
+		d.Requests = func(session string) []reqlog.Record {
+			if session != "telegram/42" {
+				return nil
+			}
+			return []reqlog.Record{{DurationMS: 12, Request: json.RawMessage(`{"messages":[{"role":"user","content":"hi"}]}`)}}
+		}
 	})
 	ann := r.browser(t)
 	ann.login("ann", e.logCode(t))
@@ -369,11 +377,12 @@ func TestDashboard(t *testing.T) {
 		return string(body)
 	}
 	for path, want := range map[string]string{
-		"/api/dash/sessions": `"key":"telegram/42","state":"running","queued":2`,
-		"/api/dash/health":   `"slack":"token rejected"`,
-		"/api/dash/dlq":      "text too long",
-		"/api/dash/metrics":  `"turns_total":3`,
-		"/api/dash/config":   "(redacted)",
+		"/api/dash/sessions":                       `"key":"telegram/42","state":"running","queued":2`,
+		"/api/dash/health":                         `"slack":"token rejected"`,
+		"/api/dash/dlq":                            "text too long",
+		"/api/dash/metrics":                        `"turns_total":3`,
+		"/api/dash/config":                         "(redacted)",
+		"/api/dash/requests?session=telegram%2F42": `"content":"hi"`,
 	} {
 		if got := get(path); !strings.Contains(got, want) {
 			t.Errorf("%s = %s, want it to contain %s", path, got, want)

@@ -20,6 +20,7 @@ import (
 	"github.com/switchboard-chat/switchboard/channels/telegram"
 	webch "github.com/switchboard-chat/switchboard/channels/web"
 	"github.com/switchboard-chat/switchboard/internal/lease"
+	"github.com/switchboard-chat/switchboard/internal/reqlog"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/workspace"
 )
@@ -38,12 +39,13 @@ type channelDeps struct {
 	Workspace *workspace.Workspace // shared files go to its inbox/<channel>/<chat>/; may be nil
 	DataDir   string               // where adapters keep their state files
 	Log       *slog.Logger
-	Status    func(component string, err error) // admin.Server.SetReady; nil: nobody listens
-	Metrics   channels.Metrics                  // platform sends and rate-limit waits; nil discards
-	Health    func() map[string]string          // admin.Server.NotReady, for the web dashboard; nil: not shown
-	Leases    *lease.Leases                     // memory.store jetstream: each channel runs on one instance; nil: unwrapped
-	Sessions  func() []agent.SessionState       // the web dashboard's sessions; nil: not shown
-	Gather    prometheus.Gatherer               // the web dashboard's metrics; nil: not shown
+	Status    func(component string, err error)    // admin.Server.SetReady; nil: nobody listens
+	Metrics   channels.Metrics                     // platform sends and rate-limit waits; nil discards
+	Health    func() map[string]string             // admin.Server.NotReady, for the web dashboard; nil: not shown
+	Leases    *lease.Leases                        // memory.store jetstream: each channel runs on one instance; nil: unwrapped
+	Sessions  func() []agent.SessionState          // the web dashboard's sessions; nil: not shown
+	Gather    prometheus.Gatherer                  // the web dashboard's metrics; nil: not shown
+	Requests  func(session string) []reqlog.Record // the web dashboard's model requests; nil: not shown
 }
 
 // startChannels starts the built-in channel adapters whose sections are
@@ -151,7 +153,7 @@ func newWeb(cfg Config, d channelDeps) (channels.Channel, error) {
 	}
 	deps := webch.Deps{Conn: d.Conn, Subjects: d.Subjects, MaxTextBytes: cfg.Bus.MaxTextBytes, StatePath: filepath.Join(d.DataDir, "web.db"),
 		PairDir: webch.PairDir(d.DataDir), OutRetention: cfg.Bus.OutRetentionOrDefault(), NoModel: !cfg.LLM.Configured(), Log: d.Log,
-		Files: d.root(), Status: d.status(webch.Name), Metrics: d.Metrics, Health: d.Health, Gather: d.Gather, Config: webch.RedactConfig(cfg)}
+		Files: d.root(), Status: d.status(webch.Name), Metrics: d.Metrics, Health: d.Health, Gather: d.Gather, Requests: d.Requests, Config: webch.RedactConfig(cfg)}
 	if d.Sessions != nil {
 		deps.Sessions = func() (out []webch.SessionInfo) {
 			for _, s := range d.Sessions() {

@@ -365,6 +365,12 @@ func TestWebConsoleInBrowser(t *testing.T) {
 			document.querySelector("#config").textContent.includes("(redacted)")`, chromedp.WithPollingTimeout(2*wait)))); err != nil {
 		t.Fatalf("dashboard: %v", err)
 	}
+	// The request the model was sent for the tool turn, redacted.
+	if err := chromedp.Do(dctx, chromedp.Click(chromedp.CSS("#sessions tbody tr")),
+		void(chromedp.Poll[any](`document.getElementById("requests").textContent.includes("save a note") &&
+			document.getElementById("requests").textContent.includes("write_file")`, chromedp.WithPollingTimeout(2*wait)))); err != nil {
+		t.Fatalf("dashboard: the model request: %v", err)
+	}
 	if cfgText, err := chromedp.Run(dctx, chromedp.Text(chromedp.CSS("#config"))); err != nil || strings.Contains(cfgText, "test-key") {
 		t.Errorf("the dashboard's config shows the model API key (or failed: %v)", err)
 	}

@@ -4,6 +4,7 @@
 (function () {
   const $ = (id) => document.getElementById(id);
   let lastTrace = 0;
+  let selected = null; // the session whose model requests are shown
   const samples = []; // {t, turns, errors, calls}
   const MAX_SAMPLES = 60;
   const MAX_TRACE_ROWS = 300;
@@ -44,8 +45,30 @@
     $("sessions-note").textContent = j.available ? (j.sessions.length ? "" : "No sessions in memory.") : "The agent's sessions are not available.";
     j.sessions.forEach((s) => {
       const i = s.key.indexOf("/");
-      tb.appendChild(row([s.key.slice(0, i), s.key.slice(i + 1), s.state, s.queued, ago(s.last_activity)], "state-" + s.state));
+      const tr = row([s.key.slice(0, i), s.key.slice(i + 1), s.state, s.queued, ago(s.last_activity)], "state-" + s.state + (s.key === selected ? " selected" : ""));
+      tr.dataset.key = s.key;
+      tr.addEventListener("click", () => {
+        selected = s.key;
+        tick(requests);
+      });
+      tb.appendChild(tr);
     });
+  }
+
+  // requests shows the last model requests of the selected session.
+  async function requests() {
+    if (!selected) return;
+    const j = await get("/api/dash/requests?session=" + encodeURIComponent(selected));
+    $("requests-session").textContent = "of " + selected + " (newest first, secrets redacted)";
+    const out = $("requests");
+    if (!j.available) {
+      out.textContent = "Model requests are not recorded.";
+      return;
+    }
+    out.textContent = j.requests.length ? j.requests.map((r) =>
+      new Date(r.time).toLocaleTimeString() + " — " + r.duration_ms + " ms, " + r.usage.prompt_tokens + " in / " + r.usage.completion_tokens + " out tokens" +
+      (r.finish_reason ? ", " + r.finish_reason : "") + (r.error ? ", ERROR: " + r.error : "") + (r.truncated ? " (shortened)" : "") + "\n" +
+      JSON.stringify(r.request, null, 2)).join("\n\n") : "No model request recorded for this session.";
   }
 
   function describe(ev) {
@@ -176,6 +199,7 @@
     tick(traces);
     tick(health);
     tick(metrics);
+    tick(requests);
   }
   poll();
   tick(dlq);
