@@ -388,3 +388,33 @@ func TestWebConsoleInBrowser(t *testing.T) {
 		t.Fatalf("the page opened JavaScript dialogs: %q", dialogs)
 	}
 }
+
+// TestWebPairVerb: `switchboard web pair` reads the config file, refuses
+// when the console is off or the user is not allowed, and mints a code in
+// data_dir.
+func TestWebPairVerb(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "config.yaml")
+	write := func(users string) {
+		if err := os.WriteFile(cfgPath, []byte("data_dir: "+filepath.Join(dir, "data")+"\nchannels:\n  web:\n    allow_users: ["+users+"]\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out, errOut bytes.Buffer
+	write("")
+	if code := run(t.Context(), []string{"web", "pair", "--config", cfgPath}, nil, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "off") {
+		t.Fatalf("web pair with the console off: exit %d, %s", code, errOut.String())
+	}
+	write("ann")
+	out.Reset()
+	errOut.Reset()
+	if code := run(t.Context(), []string{"web", "pair", "--config", cfgPath, "--user", "eve"}, nil, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "allow_users") {
+		t.Fatalf("web pair for a user not allowed: exit %d, %s", code, errOut.String())
+	}
+	if code := run(t.Context(), []string{"web", "pair", "--config", cfgPath, "--user", "ann"}, nil, &out, &errOut); code != 0 || !strings.HasPrefix(out.String(), "Pairing code: ") {
+		t.Fatalf("web pair: exit %d, %q %s", code, out.String(), errOut.String())
+	}
+	if ents, err := os.ReadDir(webch.PairDir(filepath.Join(dir, "data"))); err != nil || len(ents) != 1 {
+		t.Fatalf("pairing codes in data_dir: %v, %v", ents, err)
+	}
+}
