@@ -115,7 +115,7 @@ func (c *Channel) asset(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	ct := mime.TypeByExtension(name[strings.LastIndexByte(name, '.'):])
+	ct := cmp.Or(mime.TypeByExtension(path.Ext(name)), "application/octet-stream")
 	w.Header().Set("Content-Type", ct)
 	w.Header().Set("Cache-Control", "no-cache")
 	_, _ = w.Write(b)

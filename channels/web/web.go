@@ -49,6 +49,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -282,6 +283,13 @@ func (c *Channel) handleOutbound(_ context.Context, out bus.Outbound) error {
 		if err := c.store.putMessage(out.ChatID, m); err != nil {
 			c.log.Warn("final not stored; the bus redelivers it", "chat_id", out.ChatID, "err", err)
 			return err
+		}
+		// A message the user did not ask for (a scheduled task's report)
+		// may open a conversation: list it.
+		if user, conv, ok := strings.Cut(out.ChatID, ":"); ok && convRE.MatchString(conv) && slices.Contains(c.cfg.AllowUsers, user) {
+			if err := c.store.touchConv(user, conv, ""); err != nil {
+				c.log.Warn("conversation list not updated", "chat_id", out.ChatID, "err", err)
+			}
 		}
 	}
 	c.hub.send(out.ChatID, frame{Event: "out", Data: out})

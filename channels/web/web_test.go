@@ -494,3 +494,24 @@ func TestUploadSavedInInbox(t *testing.T) {
 		t.Fatalf("saved file %s: %q, %v", m[1], data, err)
 	}
 }
+
+// TestProactiveMessageListed: a message the agent sends on its own (a
+// scheduled task's report) is kept, opens its conversation in the list
+// and reaches the open browser.
+func TestProactiveMessageListed(t *testing.T) {
+	e := newEnv(t)
+	r := e.start(t, e.config())
+	ann := r.browser(t)
+	ann.login("ann", e.logCode(t))
+	s := ann.events("sched1")
+	e.agent.publish(t, bus.Outbound{V: 1, ID: "p1", Channel: Name, ChatID: "ann:sched1", Kind: bus.KindReply, Text: "Your daily report", Final: true})
+	s.next(t, "out", func(d string) bool { return strings.Contains(d, "Your daily report") })
+	_, body := ann.do("GET", "/api/conversations", "", nil, nil)
+	if !strings.Contains(string(body), `"id":"sched1"`) {
+		t.Fatalf("conversations %s, want sched1 listed", body)
+	}
+	_, hist := ann.do("GET", "/api/conversations/sched1/messages", "", nil, nil)
+	if !strings.Contains(string(hist), "Your daily report") {
+		t.Fatalf("history %s", hist)
+	}
+}
