@@ -238,7 +238,7 @@ func (c *Channel) listConvs(w http.ResponseWriter, _ *http.Request, l login) {
 		apiError(w, http.StatusInternalServerError, "store", "The conversations could not be read.")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"conversations": cs})
+	writeJSON(w, http.StatusOK, map[string]any{"conversations": append([]conv{}, cs...)})
 }
 
 // chatOf returns the bus chat of the request's conversation, or writes
