@@ -179,6 +179,17 @@ func sameOrigin(r *http.Request) bool {
 	return err == nil && u.Host == r.Host
 }
 
+// overTLS reports whether the browser reached the console over TLS: the
+// console serves it, or (behind an HTTPS reverse proxy that keeps the Host
+// header) the page's Origin is https.
+func overTLS(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	u, err := url.Parse(r.Header.Get("Origin"))
+	return err == nil && u.Scheme == "https"
+}
+
 type loginRequest struct {
 	User string `json:"user"`
 	Code string `json:"code"`
@@ -214,7 +225,7 @@ func (c *Channel) postLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: r.TLS != nil, MaxAge: int(loginTTL / time.Second)})
+		Secure: overTLS(r), MaxAge: int(loginTTL / time.Second)})
 	c.log.Info("web login", "user", req.User, "remote", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, map[string]string{"user": req.User, "csrf": csrf})
 }

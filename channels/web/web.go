@@ -14,7 +14,8 @@
 //     API calls get 401. A one-time pairing code, printed in the daemon's
 //     log at start and by "switchboard web pair", is exchanged with a user
 //     name of Config.AllowUsers for a session cookie (HttpOnly,
-//     SameSite=Strict, Secure when the request came over TLS), kept in the
+//     SameSite=Strict, Secure when the browser uses https, directly or
+//     through a reverse proxy that keeps the Host header), kept in the
 //     state file (data_dir/web.db) for 30 days. Codes are files in
 //     data_dir/web-pair named by their sha256; using one removes it.
 //     Logins are rate limited.

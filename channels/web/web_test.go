@@ -191,7 +191,8 @@ func TestPairingCode(t *testing.T) {
 	}
 }
 
-// TestSecureCookieOverTLS: over TLS the session cookie is Secure.
+// TestSecureCookieOverTLS: over TLS, and behind an HTTPS reverse proxy,
+// the session cookie is Secure.
 func TestSecureCookieOverTLS(t *testing.T) {
 	e := newEnv(t)
 	r := e.start(t, e.config())
@@ -205,6 +206,21 @@ func TestSecureCookieOverTLS(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || len(resp.Cookies()) == 0 || !resp.Cookies()[0].Secure {
 		t.Fatalf("login over TLS: %d, cookies %+v; want a Secure cookie", resp.StatusCode, resp.Cookies())
+	}
+	// Behind an HTTPS reverse proxy: plain HTTP to the console, the page's
+	// origin https.
+	var out bytes.Buffer
+	if err := RunVerb(t.Context(), []string{"pair"}, &out, &out, func(string) (VerbConfig, error) {
+		cfg := e.config()
+		return VerbConfig{DataDir: strings.TrimSuffix(e.pairDir, "/web-pair"), Web: &cfg}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	code := strings.TrimPrefix(strings.SplitN(out.String(), "\n", 2)[0], "Pairing code: ")
+	host := strings.TrimPrefix(r.url, "http://")
+	resp2, _ := r.browser(t).do("POST", "/api/login", "application/json", strings.NewReader(`{"user":"ann","code":"`+code+`"}`), map[string]string{"Origin": "https://" + host})
+	if resp2.StatusCode != http.StatusOK || len(resp2.Cookies()) == 0 || !resp2.Cookies()[0].Secure {
+		t.Fatalf("login behind an HTTPS proxy: %d, cookies %+v; want a Secure cookie", resp2.StatusCode, resp2.Cookies())
 	}
 }
 
