@@ -277,15 +277,19 @@ func TestWebConsoleInBrowser(t *testing.T) {
 	// 3. Shift+Enter is a new line; a pasted block of lines is one message.
 	do("type two lines", chromedp.SendKeys(chromedp.CSS("#input"), "first line"),
 		enter(true), chromedp.SendKeys(chromedp.CSS("#input"), "second line"), enter(false))
+	until("the two typed lines answered", `[...document.querySelectorAll(".msg.user")].some((m) => m.textContent === "first line\nsecond line") &&
+		[...document.querySelectorAll(".msg.agent .body")].filter((b) => b.textContent === "Lines received.").length === 1`)
 	do("paste two lines", chromedp.Focus(chromedp.CSS("#input")), chromedp.Func(func(c context.Context, _ *chromedp.Target) error {
 		_, err := chromedp.Call(c, input.InsertText, input.InsertTextParams{Text: "pasted one\npasted two"})
 		return err
 	}), enter(false))
-	until("both multi-line messages answered, each after its question", `[...document.querySelectorAll(".msg")].every((m, i, all) =>
-		!m.classList.contains("user") || (all[i+1] && all[i+1].dataset.replyTo === m.dataset.id)) &&
-		[...document.querySelectorAll(".msg.user")].filter((m) =>
-		m.textContent === "first line\nsecond line" || m.textContent === "pasted one\npasted two").length === 2 &&
-		[...document.querySelectorAll(".msg.agent .body")].filter((b) => b.textContent === "Lines received.").length === 2`)
+	until("the pasted lines answered, every answer after its question", `[...document.querySelectorAll(".msg.user")].some((m) => m.textContent === "pasted one\npasted two") &&
+		[...document.querySelectorAll(".msg.agent .body")].filter((b) => b.textContent === "Lines received.").length === 2 &&
+		[...document.querySelectorAll(".msg.agent")].every((a) => {
+			const all = [...document.querySelectorAll(".msg")];
+			const q = all.findIndex((m) => m.classList.contains("user") && m.dataset.id === a.dataset.replyTo);
+			return q >= 0 && q < all.indexOf(a);
+		})`)
 
 	// 4. Upload a file: it lands in the chat's inbox and the agent is told.
 	csv := filepath.Join(t.TempDir(), "data.csv")
