@@ -16,6 +16,7 @@ import (
 	"github.com/switchboard-chat/switchboard/agent/loop"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/internal/failpoint"
+	"github.com/switchboard-chat/switchboard/internal/observe"
 	"github.com/switchboard-chat/switchboard/memory"
 )
 
@@ -289,25 +290,16 @@ func (m *Manager) ActiveSessions() int {
 	return len(m.sessions)
 }
 
-// SessionState is one session as [Manager.Sessions] saw it, for the web
-// console's dashboard.
-type SessionState struct {
-	Key          string    // the session key, "<channel>/<chat>[/<thread>]"
-	State        string    // running (a goroutine works the queue), queued (messages wait, none runs) or idle
-	Queued       int       // messages waiting in the session's queue
-	LastActivity time.Time // when its last turn ended; now while running
-}
-
 // Sessions returns a read-only snapshot of the sessions in memory, sorted
-// by key.
-func (m *Manager) Sessions() []SessionState {
+// by key (the web console's dashboard shows it).
+func (m *Manager) Sessions() []observe.Session {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
-	out := make([]SessionState, 0, len(m.sessions))
+	out := make([]observe.Session, 0, len(m.sessions))
 	for k, s := range m.sessions {
 		s.mu.Lock()
-		st := SessionState{Key: k, State: "idle", Queued: len(s.queue), LastActivity: s.idleSince}
+		st := observe.Session{Key: k, State: "idle", Queued: len(s.queue), LastActivity: s.idleSince}
 		switch {
 		case s.running:
 			st.State, st.LastActivity = "running", now
@@ -317,7 +309,7 @@ func (m *Manager) Sessions() []SessionState {
 		s.mu.Unlock()
 		out = append(out, st)
 	}
-	slices.SortFunc(out, func(a, b SessionState) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortFunc(out, func(a, b observe.Session) int { return strings.Compare(a.Key, b.Key) })
 	return out
 }
 

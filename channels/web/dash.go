@@ -16,6 +16,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/internal/observe"
 	"github.com/switchboard-chat/switchboard/internal/reqlog"
 )
 
@@ -54,11 +55,11 @@ func (c *Channel) dashPage(w http.ResponseWriter, r *http.Request, _ login) {
 }
 
 func (c *Channel) dashSessions(w http.ResponseWriter, _ *http.Request, _ login) {
-	if c.deps.Sessions == nil {
-		writeJSON(w, http.StatusOK, map[string]any{"available": false, "sessions": []SessionInfo{}})
+	if c.deps.Dash.Sessions == nil {
+		writeJSON(w, http.StatusOK, map[string]any{"available": false, "sessions": []observe.Session{}})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"available": true, "sessions": append([]SessionInfo{}, c.deps.Sessions()...)})
+	writeJSON(w, http.StatusOK, map[string]any{"available": true, "sessions": append([]observe.Session{}, c.deps.Dash.Sessions()...)})
 }
 
 func (c *Channel) dashTraces(w http.ResponseWriter, r *http.Request, _ login) {
@@ -68,24 +69,24 @@ func (c *Channel) dashTraces(w http.ResponseWriter, r *http.Request, _ login) {
 
 func (c *Channel) dashHealth(w http.ResponseWriter, _ *http.Request, _ login) {
 	notReady := map[string]string{}
-	if c.deps.Health != nil {
-		notReady = c.deps.Health()
+	if c.deps.Dash.Health != nil {
+		notReady = c.deps.Dash.Health()
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"available": c.deps.Health != nil, "ready": len(notReady) == 0, "not_ready": notReady})
+	writeJSON(w, http.StatusOK, map[string]any{"available": c.deps.Dash.Health != nil, "ready": len(notReady) == 0, "not_ready": notReady})
 }
 
 func (c *Channel) dashConfig(w http.ResponseWriter, _ *http.Request, _ login) {
-	writeJSON(w, http.StatusOK, map[string]any{"available": c.deps.Config != nil, "config": c.deps.Config})
+	writeJSON(w, http.StatusOK, map[string]any{"available": c.deps.Dash.Config != nil, "config": c.deps.Dash.Config})
 }
 
 // dashRequests lists the last model requests of ?session=KEY, newest
 // first.
 func (c *Channel) dashRequests(w http.ResponseWriter, r *http.Request, _ login) {
-	if c.deps.Requests == nil {
+	if c.deps.Dash.Requests == nil {
 		writeJSON(w, http.StatusOK, map[string]any{"available": false, "requests": []reqlog.Record{}})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"available": true, "requests": append([]reqlog.Record{}, c.deps.Requests(r.URL.Query().Get("session"))...)})
+	writeJSON(w, http.StatusOK, map[string]any{"available": true, "requests": append([]reqlog.Record{}, c.deps.Dash.Requests(r.URL.Query().Get("session"))...)})
 }
 
 // dlqEntry is one dead letter for the dashboard.
@@ -159,11 +160,11 @@ type metricSummary struct {
 }
 
 func (c *Channel) dashMetrics(w http.ResponseWriter, _ *http.Request, _ login) {
-	if c.deps.Gather == nil {
+	if c.deps.Dash.Gather == nil {
 		writeJSON(w, http.StatusOK, map[string]any{"available": false})
 		return
 	}
-	fams, err := c.deps.Gather.Gather()
+	fams, err := c.deps.Dash.Gather.Gather()
 	if err != nil {
 		apiError(w, http.StatusInternalServerError, "metrics", "The metrics could not be gathered: "+err.Error())
 		return

@@ -62,18 +62,21 @@ import (
 	"github.com/switchboard-chat/switchboard/bus/bridge"
 	"github.com/switchboard-chat/switchboard/bus/bridge/boltseen"
 	"github.com/switchboard-chat/switchboard/channels"
+	"github.com/switchboard-chat/switchboard/internal/observe"
 	"github.com/switchboard-chat/switchboard/internal/reqlog"
 )
 
 // Name is the channel instance name, the <channel> token of its subjects.
 const Name = "web"
 
-// SessionInfo is one agent session for the dashboard.
-type SessionInfo struct {
-	Key          string    `json:"key"`
-	State        string    `json:"state"` // idle, queued or running
-	Queued       int       `json:"queued"`
-	LastActivity time.Time `json:"last_activity"`
+// Dashboard are the dashboard's sources; any may be nil (the page says
+// it is not available).
+type Dashboard struct {
+	Sessions func() []observe.Session             // the agent's sessions (agent.Manager.Sessions)
+	Health   func() map[string]string             // /readyz components not ready (admin.Server.NotReady)
+	Gather   Gatherer                             // the daemon's prometheus registry
+	Requests func(session string) []reqlog.Record // a session's last model requests, redacted
+	Config   any                                  // the effective configuration, secrets redacted (RedactConfig)
 }
 
 // Deps are the console's collaborators. Conn, StatePath and PairDir are
@@ -98,13 +101,8 @@ type Deps struct {
 	// travel in the envelope as attachments (the agent sees only a note).
 	Files *os.Root
 
-	// Dashboard sources.
-	Sessions func() []SessionInfo     // the agent's sessions
-	Health   func() map[string]string // /readyz components not ready (empty: all ready)
-	Gather   Gatherer                 // the daemon's prometheus registry
-	Config   any                      // the effective configuration, secrets already redacted
-	// Requests are the last model requests of a session (redacted).
-	Requests func(session string) []reqlog.Record
+	// Dash are the dashboard's sources (Config.Dashboard).
+	Dash Dashboard
 }
 
 // Channel is the web console. Build it with [New], run it once with

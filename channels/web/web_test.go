@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/observe"
 	"github.com/switchboard-chat/switchboard/internal/polltest"
 	"github.com/switchboard-chat/switchboard/internal/reqlog"
 )
@@ -364,13 +365,13 @@ func TestDashboard(t *testing.T) {
 	reg.MustRegister(turns)
 	turns.WithLabelValues("completed").Add(3)
 	r := e.start(t, e.config(), func(d *Deps) {
-		d.Sessions = func() []SessionInfo {
-			return []SessionInfo{{Key: "telegram/42", State: "running", Queued: 2, LastActivity: time.Now()}}
+		d.Dash.Sessions = func() []observe.Session {
+			return []observe.Session{{Key: "telegram/42", State: "running", Queued: 2, LastActivity: time.Now()}}
 		}
-		d.Health = func() map[string]string { return map[string]string{"slack": "token rejected"} }
-		d.Gather = reg
-		d.Config = map[string]any{"llm": map[string]string{"api_key": "(redacted)"}}
-		d.Requests = func(session string) []reqlog.Record {
+		d.Dash.Health = func() map[string]string { return map[string]string{"slack": "token rejected"} }
+		d.Dash.Gather = reg
+		d.Dash.Config = map[string]any{"llm": map[string]string{"api_key": "(redacted)"}}
+		d.Dash.Requests = func(session string) []reqlog.Record {
 			if session != "telegram/42" {
 				return nil
 			}

@@ -3,16 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/switchboard-chat/switchboard/admin"
-	"github.com/switchboard-chat/switchboard/agent"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/channels"
 	openaich "github.com/switchboard-chat/switchboard/channels/openai"
@@ -20,7 +19,6 @@ import (
 	"github.com/switchboard-chat/switchboard/channels/telegram"
 	webch "github.com/switchboard-chat/switchboard/channels/web"
 	"github.com/switchboard-chat/switchboard/internal/lease"
-	"github.com/switchboard-chat/switchboard/internal/reqlog"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/workspace"
 )
@@ -39,13 +37,10 @@ type channelDeps struct {
 	Workspace *workspace.Workspace // shared files go to its inbox/<channel>/<chat>/; may be nil
 	DataDir   string               // where adapters keep their state files
 	Log       *slog.Logger
-	Status    func(component string, err error)    // admin.Server.SetReady; nil: nobody listens
-	Metrics   channels.Metrics                     // platform sends and rate-limit waits; nil discards
-	Health    func() map[string]string             // admin.Server.NotReady, for the web dashboard; nil: not shown
-	Leases    *lease.Leases                        // memory.store jetstream: each channel runs on one instance; nil: unwrapped
-	Sessions  func() []agent.SessionState          // the web dashboard's sessions; nil: not shown
-	Gather    prometheus.Gatherer                  // the web dashboard's metrics; nil: not shown
-	Requests  func(session string) []reqlog.Record // the web dashboard's model requests; nil: not shown
+	Status    func(component string, err error) // admin.Server.SetReady; nil: nobody listens
+	Metrics   channels.Metrics                  // platform sends and rate-limit waits; nil discards
+	Leases    *lease.Leases                     // memory.store jetstream: each channel runs on one instance; nil: unwrapped
+	Dash      webch.Dashboard                   // the web console dashboard's sources
 }
 
 // startChannels starts the built-in channel adapters whose sections are
@@ -142,31 +137,27 @@ func newOpenAI(cfg Config, d channelDeps) (channels.Channel, error) {
 	return d.Leases.Channel(c, openaich.Name, "", d.status(openaich.Name)), nil
 }
 
-// newWeb builds the web console from channels.web (state in
-// data_dir/web.db, pairing codes in data_dir/web-pair), or nil when it
-// allows nobody. Its dashboard shows the agent's sessions, /readyz, the
-// metrics and cfg with secrets redacted.
+// newWeb builds the web console from channels.web (docs/web.md), or nil
+// when it allows nobody.
 func newWeb(cfg Config, d channelDeps) (channels.Channel, error) {
-	wc := cfg.Channels.Web
-	if wc == nil || !wc.Enabled() {
+	if wc := cfg.Channels.Web; wc == nil || !wc.Enabled() {
 		return nil, nil
 	}
-	deps := webch.Deps{Conn: d.Conn, Subjects: d.Subjects, MaxTextBytes: cfg.Bus.MaxTextBytes, StatePath: filepath.Join(d.DataDir, "web.db"),
+	c, err := webch.New(*cfg.Channels.Web, webch.Deps{Conn: d.Conn, Subjects: d.Subjects, MaxTextBytes: cfg.Bus.MaxTextBytes, StatePath: filepath.Join(d.DataDir, "web.db"),
 		PairDir: webch.PairDir(d.DataDir), OutRetention: cfg.Bus.OutRetentionOrDefault(), NoModel: !cfg.LLM.Configured(), Log: d.Log,
-		Files: d.root(), Status: d.status(webch.Name), Metrics: d.Metrics, Health: d.Health, Gather: d.Gather, Requests: d.Requests, Config: webch.RedactConfig(cfg)}
-	if d.Sessions != nil {
-		deps.Sessions = func() (out []webch.SessionInfo) {
-			for _, s := range d.Sessions() {
-				out = append(out, webch.SessionInfo{Key: s.Key, State: s.State, Queued: s.Queued, LastActivity: s.LastActivity})
-			}
-			return out
-		}
-	}
-	c, err := webch.New(*wc, deps)
+		Files: d.root(), Status: d.status(webch.Name), Metrics: d.Metrics, Dash: d.Dash})
 	if err != nil {
 		return nil, err
 	}
 	return d.Leases.Channel(c, webch.Name, "", d.status(webch.Name)), nil
+}
+
+// runWeb is `switchboard web pair` (package channels/web has its body).
+func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return webch.RunVerb(ctx, args, stdout, stderr, func(path string) (webch.VerbConfig, error) {
+		c, err := LoadConfig(path)
+		return webch.VerbConfig{DataDir: c.DataDir, Web: c.Channels.Web}, err
+	})
 }
 
 // root is the workspace's root, nil without a workspace.

@@ -19,7 +19,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	webch "github.com/switchboard-chat/switchboard/channels/web"
 	"github.com/switchboard-chat/switchboard/internal/buildinfo"
 )
 
@@ -64,10 +63,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "history":
 		err = runHistory(ctx, args, stdout, stderr)
 	case "web":
-		err = webch.RunVerb(ctx, args, stdout, stderr, func(p string) (webch.VerbConfig, error) {
-			c, err := LoadConfig(p)
-			return webch.VerbConfig{DataDir: c.DataDir, Web: c.Channels.Web}, err
-		})
+		err = runWeb(ctx, args, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, buildinfo.String("switchboard", version))
 		return 0

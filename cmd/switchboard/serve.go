@@ -17,6 +17,7 @@ import (
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/agent"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	webch "github.com/switchboard-chat/switchboard/channels/web"
 	"github.com/switchboard-chat/switchboard/internal/lease"
 	"github.com/switchboard-chat/switchboard/internal/reqlog"
 	"github.com/switchboard-chat/switchboard/llm"
@@ -190,7 +191,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return err
 	})
 	if err := startChannels(gctx, g, cfg, channelDeps{Conn: b.Conn(), Subjects: b.Subjects(), Workspace: ws,
-		DataDir: cfg.DataDir, Log: log, Status: adm.SetReady, Metrics: mx, Leases: leases, Sessions: mgr.Sessions, Health: adm.NotReady, Gather: mx.Gatherer(), Requests: reqs.Requests}, adm); err != nil {
+		DataDir: cfg.DataDir, Log: log, Status: adm.SetReady, Metrics: mx, Leases: leases, Dash: webch.Dashboard{Sessions: mgr.Sessions, Health: adm.NotReady, Gather: mx.Gatherer(), Requests: reqs.Requests, Config: webch.RedactConfig(cfg)}}, adm); err != nil {
 		return err
 	}
 	g.Go(func() error {
