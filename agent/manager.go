@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/switchboard-chat/switchboard/agent/loop"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/internal/failpoint"
+	"github.com/switchboard-chat/switchboard/internal/observe"
 	"github.com/switchboard-chat/switchboard/memory"
 )
 
@@ -285,6 +288,29 @@ func (m *Manager) ActiveSessions() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.sessions)
+}
+
+// Sessions returns a read-only snapshot of the sessions in memory, sorted
+// by key (the web console's dashboard shows it).
+func (m *Manager) Sessions() []observe.Session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	out := make([]observe.Session, 0, len(m.sessions))
+	for k, s := range m.sessions {
+		s.mu.Lock()
+		st := observe.Session{Key: k, State: "idle", Queued: len(s.queue), LastActivity: s.idleSince}
+		switch {
+		case s.running:
+			st.State, st.LastActivity = "running", now
+		case len(s.queue) > 0:
+			st.State = "queued"
+		}
+		s.mu.Unlock()
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b observe.Session) int { return strings.Compare(a.Key, b.Key) })
+	return out
 }
 
 // The Manager is its sessions' host (sessionHost).

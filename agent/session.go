@@ -10,6 +10,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/agent/loop"
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/reqlog"
 	"github.com/switchboard-chat/switchboard/memory"
 )
 
@@ -208,6 +209,7 @@ func (s *session) queued() int {
 // its next message (offer) or for the manager to retire it
 // (Manager.sweep). Only one run is active per session (offer's start).
 func (s *session) run(ctx context.Context) {
+	ctx = reqlog.WithSession(ctx, s.key) // the dashboard's record of what the model was sent
 	collect := s.env.cfg.QueueMode == QueueCollect
 	for {
 		batch := s.next(ctx, collect, s.env.opt.MaxTextBytes)

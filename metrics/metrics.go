@@ -107,6 +107,10 @@ func New() *Metrics {
 	return m
 }
 
+// Gatherer is the registry, for in-process readers (the web console's
+// dashboard).
+func (m *Metrics) Gatherer() prometheus.Gatherer { return m.reg }
+
 // Handler serves the metrics in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})

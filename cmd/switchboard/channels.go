@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 	openaich "github.com/switchboard-chat/switchboard/channels/openai"
 	slackch "github.com/switchboard-chat/switchboard/channels/slack"
 	"github.com/switchboard-chat/switchboard/channels/telegram"
+	webch "github.com/switchboard-chat/switchboard/channels/web"
 	"github.com/switchboard-chat/switchboard/internal/kvstate"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/workspace"
@@ -39,6 +42,7 @@ type channelDeps struct {
 	Status    func(component string, err error) // admin.Server.SetReady; nil: nobody listens
 	Metrics   channels.Metrics                  // platform sends and rate-limit waits; nil discards
 	State     kvstate.Set                       // memory.store jetstream: each channel runs on one instance, Telegram's offset shared; zero: unwrapped
+	Dash      webch.Dashboard                   // the web console dashboard's sources
 }
 
 // startChannels starts the built-in channel adapters whose sections are
@@ -49,7 +53,7 @@ func startChannels(ctx context.Context, g *errgroup.Group, cfg Config, d channel
 	for _, ch := range []struct {
 		name string
 		make func(Config, channelDeps) (channels.Channel, error)
-	}{{compTelegram, newTelegram}, {compSlack, newSlack}, {openaich.Name, newOpenAI}} {
+	}{{compTelegram, newTelegram}, {compSlack, newSlack}, {openaich.Name, newOpenAI}, {webch.Name, newWeb}} {
 		c, err := ch.make(cfg, d)
 		if err != nil {
 			return err
@@ -143,6 +147,41 @@ func (d channelDeps) seen(channel string) bridge.SeenStore {
 		return nil
 	}
 	return kvstate.Seen{Store: d.State.Delivered, Channel: channel}
+}
+
+// newWeb builds the web console from channels.web (docs/web.md), or nil
+// when it allows nobody.
+func newWeb(cfg Config, d channelDeps) (channels.Channel, error) {
+	if wc := cfg.Channels.Web; wc == nil || !wc.Enabled() {
+		return nil, nil
+	}
+	c, err := webch.New(*cfg.Channels.Web, webch.Deps{Conn: d.Conn, Subjects: d.Subjects, MaxTextBytes: cfg.Bus.MaxTextBytes, StatePath: filepath.Join(d.DataDir, "web.db"),
+		PairDir: webch.PairDir(d.DataDir), OutRetention: cfg.Bus.OutRetentionOrDefault(), NoModel: !cfg.LLM.Configured(), Log: d.Log,
+		Files: d.root(), Status: d.status(webch.Name), Metrics: d.Metrics, Dash: d.Dash})
+	if err != nil {
+		return nil, err
+	}
+	return d.State.Leases.Channel(c, webch.Name, "", d.status(webch.Name)), nil
+}
+
+// runWeb is `switchboard web pair`: a one-time login code for the web
+// console (package channels/web mints it).
+func runWeb(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "pair" {
+		return fmt.Errorf("%w: web: the only subcommand is pair (see switchboard web pair -h)", errUsage)
+	}
+	fs := flag.NewFlagSet("web pair", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := configFlag(fs)
+	user := fs.String("user", "", "the code logs in only this user (default: any of channels.web.allow_users)")
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	cfg, src, err := LoadConfig(*path)
+	if err != nil {
+		return err
+	}
+	return webch.Pair(stdout, cfg.DataDir, cfg.Channels.Web, *user, src.String())
 }
 
 // root is the workspace's root, nil without a workspace.

@@ -16,6 +16,7 @@ import (
 	openaich "github.com/switchboard-chat/switchboard/channels/openai"
 	slackch "github.com/switchboard-chat/switchboard/channels/slack"
 	"github.com/switchboard-chat/switchboard/channels/telegram"
+	webch "github.com/switchboard-chat/switchboard/channels/web"
 	"github.com/switchboard-chat/switchboard/config"
 	"github.com/switchboard-chat/switchboard/internal/logging"
 	"github.com/switchboard-chat/switchboard/llm"
@@ -50,6 +51,7 @@ type ChannelsConfig struct {
 	OpenAI   *openaich.Config `yaml:"openai"`
 	Slack    *slackch.Config  `yaml:"slack"`
 	Telegram *telegram.Config `yaml:"telegram"`
+	Web      *webch.Config    `yaml:"web"`
 }
 
 // defaultConfig returns the documented defaults; the shipped config.yaml
@@ -66,7 +68,7 @@ func defaultConfig() Config {
 		Tools:           tools.DefaultConfig(),
 		MCP:             mcp.DefaultConfig(),
 		Admin:           admin.DefaultConfig(),
-		Channels:        ChannelsConfig{OpenAI: new(openaich.DefaultConfig()), Slack: new(slackch.DefaultConfig()), Telegram: new(telegram.DefaultConfig())},
+		Channels:        ChannelsConfig{OpenAI: new(openaich.DefaultConfig()), Slack: new(slackch.DefaultConfig()), Telegram: new(telegram.DefaultConfig()), Web: new(webch.DefaultConfig())},
 	}
 }
 
@@ -137,6 +139,9 @@ func (c Config) Validate() error {
 	}
 	if c.Channels.Telegram != nil {
 		errs = append(errs, c.Channels.Telegram.Validate())
+	}
+	if c.Channels.Web != nil {
+		errs = append(errs, c.Channels.Web.Validate())
 	}
 	if c.Bus.URL == "" && c.Bus.Listen != "" && c.Bus.Listen == c.Admin.Listen && !strings.HasSuffix(c.Admin.Listen, ":0") {
 		errs = append(errs, fmt.Errorf("admin.listen: must differ from bus.listen, both are %q", c.Admin.Listen))

@@ -22,6 +22,7 @@ import (
 	openaich "github.com/switchboard-chat/switchboard/channels/openai"
 	slackch "github.com/switchboard-chat/switchboard/channels/slack"
 	"github.com/switchboard-chat/switchboard/channels/telegram"
+	webch "github.com/switchboard-chat/switchboard/channels/web"
 	"github.com/switchboard-chat/switchboard/config"
 	"github.com/switchboard-chat/switchboard/internal/logging"
 	"github.com/switchboard-chat/switchboard/llm"
@@ -126,6 +127,7 @@ func TestParseConfigTestdata(t *testing.T) {
 				AllowUsers: telegram.UserList{"123456789", "@ann", "987", "@bob"}, GroupTrigger: "mention", Mode: "webhook",
 				WebhookListen: "127.0.0.1:8443", WebhookURL: "https://bot.example.com/telegram/hook", WebhookSecret: "hook-secret",
 				PollTimeout: 50 * time.Second, MaxImageBytes: 262144, MaxFileBytes: 1048576}
+			c.Channels.Web = &webch.Config{Listen: "0.0.0.0:18089", AllowUsers: webch.UserList{"ann", "bob"}}
 		}},
 		{file: "valid_bridges.yaml", want: func(c *Config) {
 			c.Bus.Bridges = map[string]natsbus.BridgeConfig{

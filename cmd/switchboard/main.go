@@ -73,6 +73,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runHistory(ctx, args, stdout, stderr)
 	case "status":
 		err = runStatus(ctx, args, stdout, stderr)
+	case "web":
+		err = runWeb(ctx, args, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, buildinfo.String("switchboard", version))
 		return 0

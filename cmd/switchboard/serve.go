@@ -17,7 +17,9 @@ import (
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/agent"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	webch "github.com/switchboard-chat/switchboard/channels/web"
 	"github.com/switchboard-chat/switchboard/internal/kvstate"
+	"github.com/switchboard-chat/switchboard/internal/reqlog"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/memory/boltstore"
@@ -140,6 +142,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return err
 	}
 	model := metrics.Model{Next: client, DefaultModel: cfg.LLM.Model, M: mx}
+	reqs := reqlog.New(cfg.LLM.APIKey) // the last requests of each session, for the web dashboard
 	if !cfg.LLM.Configured() {
 		log.Warn("no language model is configured: every reply will explain how to configure one. " +
 			"Set OPENAI_API_KEY (and OPENAI_BASE_URL / OPENAI_MODEL for other OpenAI-compatible servers such as Ollama or vLLM), " +
@@ -184,7 +187,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		ReadFile:        ws.ReadText,
 		Heartbeat:       b.Heartbeat(), // a third of the consumers' AckWait
-	}, agent.Deps{Source: b, Publisher: b, Store: store, Model: model, Tools: built.Toolbox, Prompts: ws, Log: log,
+	}, agent.Deps{Source: b, Publisher: b, Store: store, Model: reqlog.Model{Next: model, R: reqs}, Tools: built.Toolbox, Prompts: ws, Log: log,
 		Summarizer: summarizer(cfg.LLM, model), Observer: mx, Skills: built.Skills, Memory: mem})
 	if err != nil {
 		return err
@@ -199,7 +202,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return err
 	})
 	if err := startChannels(gctx, g, cfg, channelDeps{Conn: b.Conn(), Subjects: b.Subjects(), Workspace: ws,
-		DataDir: cfg.DataDir, Log: log, Status: adm.SetReady, Metrics: mx, State: state}, adm); err != nil {
+		DataDir: cfg.DataDir, Log: log, Status: adm.SetReady, Metrics: mx, State: state,
+		Dash: webch.Dashboard{Sessions: mgr.Sessions, Health: adm.NotReady, Gather: mx.Gatherer(), Requests: reqs.Requests, Config: webch.RedactConfig(cfg)}}, adm); err != nil {
 		return err
 	}
 	g.Go(func() error {

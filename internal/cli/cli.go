@@ -152,6 +152,19 @@ var Verbs = []Verb{
 		Examples: []string{"switchboard status", "switchboard status --url nats://user:password@nats-1:4222"},
 	},
 	{
+		Name: "web", Summary: "the web console (channels.web)",
+		Subs: []Verb{
+			{
+				Name: "pair", Summary: "print a one-time login code for the web console",
+				About: "Mints a one-time pairing code in data_dir (the running daemon reads it at\n" +
+					"login; run it on the daemon's machine, as the user it runs as) and prints it:\n" +
+					"open the console's /login page and enter it within 15 minutes; it works once.",
+				Flags:    []Flag{configFlag, {Name: "user", Arg: "NAME"}},
+				Examples: []string{"switchboard web pair", "switchboard web pair --user ann"},
+			},
+		},
+	},
+	{
 		Name: "demo", Summary: "a self-contained demo with a scripted model",
 		About: "Runs the daemon, a scripted model and the terminal chat in one process, on a\n" +
 			"throw-away folder. The model is a rule-based script, not a language model.",

@@ -6,7 +6,7 @@ __switchboard_spec() {
     words="" flags="" valued="" files=""
     case $1 in
     "")
-        words="serve chat init doctor check bus history status demo bench healthcheck completion version help" flags="--config --help --version" valued="config" files="config" ;;
+        words="serve chat init doctor check bus history status web demo bench healthcheck completion version help" flags="--config --help --version" valued="config" files="config" ;;
     "serve")
         words="" flags="--config --help" valued="config" files="config" ;;
     "chat")
@@ -33,6 +33,10 @@ __switchboard_spec() {
         words="" flags="--config --help" valued="config" files="config" ;;
     "status")
         words="" flags="--config --url --help" valued="config url" files="config" ;;
+    "web")
+        words="pair" flags="--help" valued="" files="" ;;
+    "web pair")
+        words="" flags="--config --user --help" valued="config user" files="config" ;;
     "demo")
         words="" flags="--keep -v --help" valued="" files="" ;;
     "bench")
@@ -44,7 +48,7 @@ __switchboard_spec() {
     "version")
         words="" flags="--help" valued="" files="" ;;
     "help")
-        words="serve chat init doctor check bus history status demo bench healthcheck completion version help" flags="--help" valued="" files="" ;;
+        words="serve chat init doctor check bus history status web demo bench healthcheck completion version help" flags="--help" valued="" files="" ;;
     esac
 }
 

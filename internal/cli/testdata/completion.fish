@@ -28,6 +28,8 @@ function __switchboard_valued
             printf '%s\n' config
         case 'status'
             printf '%s\n' config url
+        case 'web pair'
+            printf '%s\n' config user
         case 'bench'
             printf '%s\n' chats messages rate timeout tools model-latency model-url json compare
         case 'healthcheck'
@@ -74,6 +76,7 @@ complete -c switchboard -n '__switchboard_at \'\'' -a 'check' -d 'diagnose: the 
 complete -c switchboard -n '__switchboard_at \'\'' -a 'bus' -d 'the bus: live traffic, nats CLI context'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'history' -d 'list, export (JSON Lines), reset or compact stored history (daemon stopped)'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'status' -d 'list the instances on the bus and the partitions each owns'
+complete -c switchboard -n '__switchboard_at \'\'' -a 'web' -d 'the web console (channels.web)'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'demo' -d 'a self-contained demo with a scripted model'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'bench' -d 'load a throw-away daemon (scripted model) and print turns/s, latency, memory'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'healthcheck' -d 'exit 0 when GET /healthz answers 200 (for containers)'
@@ -139,6 +142,11 @@ complete -c switchboard -n '__switchboard_at \'history compact\'' -l help
 complete -c switchboard -n '__switchboard_at \'status\'' -l config -r -F
 complete -c switchboard -n '__switchboard_at \'status\'' -l url -x
 complete -c switchboard -n '__switchboard_at \'status\'' -l help
+complete -c switchboard -n '__switchboard_at \'web\'' -a 'pair' -d 'print a one-time login code for the web console'
+complete -c switchboard -n '__switchboard_at \'web\'' -l help
+complete -c switchboard -n '__switchboard_at \'web pair\'' -l config -r -F
+complete -c switchboard -n '__switchboard_at \'web pair\'' -l user -x
+complete -c switchboard -n '__switchboard_at \'web pair\'' -l help
 complete -c switchboard -n '__switchboard_at \'demo\'' -l keep
 complete -c switchboard -n '__switchboard_at \'demo\'' -o v
 complete -c switchboard -n '__switchboard_at \'demo\'' -l help
@@ -169,6 +177,7 @@ complete -c switchboard -n '__switchboard_at \'help\'' -a 'check' -d 'diagnose: 
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'bus' -d 'the bus: live traffic, nats CLI context'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'history' -d 'list, export (JSON Lines), reset or compact stored history (daemon stopped)'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'status' -d 'list the instances on the bus and the partitions each owns'
+complete -c switchboard -n '__switchboard_at \'help\'' -a 'web' -d 'the web console (channels.web)'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'demo' -d 'a self-contained demo with a scripted model'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'bench' -d 'load a throw-away daemon (scripted model) and print turns/s, latency, memory'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'healthcheck' -d 'exit 0 when GET /healthz answers 200 (for containers)'
