@@ -99,7 +99,6 @@ func pruneCodes(dir string, now time.Time) {
 	}
 }
 
-
 // Pair is "switchboard web pair": it mints a one-time pairing code in
 // dataDir (the running daemon reads it at login), for user only when user
 // is set, and prints it. source names the configuration in errors.

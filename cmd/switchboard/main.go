@@ -11,7 +11,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -93,24 +92,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		cli.Usage(stderr)
 		return 2
 	}
-	return exitCode(err, stderr)
-}
-
-// exitCode reports err on stderr and returns the exit code: 0 for none
-// or -h, 2 for a usage error, 1 otherwise.
-func exitCode(err error, stderr io.Writer) int {
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsage):
-		fmt.Fprintln(stderr, "switchboard:", err)
-		return 2
-	default:
-		fmt.Fprintln(stderr, "switchboard:", err)
-		return 1
-	}
+	return cli.ExitCode(err, stderr)
 }
 
 // configFlag registers --config on fs.
@@ -118,16 +100,5 @@ func configFlag(fs *flag.FlagSet) *string {
 	return fs.String("config", "", "configuration file (default "+defaultConfigPath+" when it exists, else the built-in defaults)")
 }
 
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	cli.SetUsage(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %w", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
-	}
-	return nil
-}
+// parseFlags parses a verb's flags (cli.Parse).
+func parseFlags(fs *flag.FlagSet, args []string) error { return cli.Parse(fs, args) }

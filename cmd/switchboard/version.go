@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/switchboard-chat/switchboard/admin"
+	"github.com/switchboard-chat/switchboard/internal/cli"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3";
@@ -23,7 +24,7 @@ func runHealthcheck(ctx context.Context, args []string, stdout, stderr io.Writer
 	path := configFlag(fs)
 	url := fs.String("url", "", "health URL (default: http://<admin.listen>/healthz from the config)")
 	if err := parseFlags(fs, args); err != nil {
-		return exitCode(err, stderr)
+		return cli.ExitCode(err, stderr)
 	}
 	if *url == "" {
 		cfg, _, err := LoadConfig(*path)

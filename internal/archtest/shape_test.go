@@ -1,6 +1,7 @@
 package archtest
 
 import (
+	"bytes"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -161,4 +162,33 @@ func exprString(e ast.Expr) string {
 		return "*" + exprString(e.X)
 	}
 	return ""
+}
+
+// maxCmdLines is the most lines of product code cmd/switchboard may hold
+// (issue 15: "wiring only ... under 1,200 lines"); library work belongs in
+// the packages.
+const maxCmdLines = 1200
+
+// TestCmdIsWiringOnly keeps cmd/switchboard under maxCmdLines lines of
+// non-test Go.
+func TestCmdIsWiringOnly(t *testing.T) {
+	dir := filepath.Join("..", "..", "cmd", "switchboard")
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += bytes.Count(data, []byte("\n"))
+	}
+	if total >= maxCmdLines {
+		t.Errorf("cmd/switchboard holds %d lines of non-test Go, want under %d: move library code into its package", total, maxCmdLines)
+	}
 }

@@ -388,3 +388,35 @@ func RunCompletion(args []string, stdout io.Writer) error {
 	}
 	return nil
 }
+
+// Parse parses a verb's flags with the table's help (SetUsage): -h is
+// [flag.ErrHelp]; a flag mistake or a positional argument wraps
+// [ErrUsage].
+func Parse(fs *flag.FlagSet, args []string) error {
+	SetUsage(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
+	}
+	return nil
+}
+
+// ExitCode reports a verb's err on stderr and returns the process's exit
+// code: 0 for none or -h, 2 for a usage mistake ([ErrUsage]), 1 otherwise.
+func ExitCode(err error, stderr io.Writer) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, ErrUsage):
+		fmt.Fprintln(stderr, "switchboard:", err)
+		return 2
+	default:
+		fmt.Fprintln(stderr, "switchboard:", err)
+		return 1
+	}
+}
