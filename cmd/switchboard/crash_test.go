@@ -43,17 +43,27 @@ type builtBinary struct {
 func buildBinary(t testing.TB) string { return buildBinaryTags(t, "") }
 
 // buildBinaryTags builds the switchboard binary with the given build tags
-// (comma-separated, e.g. "failpoints") once per test run.
-func buildBinaryTags(t testing.TB, tags string) string {
+// (comma-separated, e.g. "failpoints") once per test run, with -race when
+// the test runs with it.
+func buildBinaryTags(t testing.TB, tags string) string { return buildBinaryRace(t, tags, raceEnabled) }
+
+// buildPlainBinary builds the release binary without -race even when the
+// test runs with it: for tests that run several daemons at once (the
+// cluster tests), where the race detector's cost in each of them would
+// buy nothing the single-daemon tests do not already check.
+func buildPlainBinary(t testing.TB) string { return buildBinaryRace(t, "", false) }
+
+func buildBinaryRace(t testing.TB, tags string, race bool) string {
 	t.Helper()
+	key := tags + "/race=" + strconv.FormatBool(race)
 	builds.mu.Lock()
 	if builds.bins == nil {
 		builds.bins = map[string]*builtBinary{}
 	}
-	b := builds.bins[tags]
+	b := builds.bins[key]
 	if b == nil {
 		b = &builtBinary{}
-		builds.bins[tags] = b
+		builds.bins[key] = b
 	}
 	builds.mu.Unlock()
 	b.once.Do(func() {
@@ -64,7 +74,7 @@ func buildBinaryTags(t testing.TB, tags string) string {
 		}
 		b.path = filepath.Join(dir, "switchboard")
 		args := []string{"build", "-o", b.path}
-		if raceEnabled {
+		if race {
 			args = append(args, "-race")
 		}
 		if tags != "" {

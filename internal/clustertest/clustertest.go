@@ -220,6 +220,18 @@ func (c *Cluster) RestartAll(t testing.TB) {
 // URL is this node's client URL with the client credentials.
 func (nd *Node) URL() string { return "nats://" + User + ":" + nd.password + "@" + nd.ClientAddr }
 
+// Connect connects a client to this node only (no reconnect to the
+// others) as [User].
+func (nd *Node) Connect(t testing.TB, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(nd.URL(), append([]nats.Option{nats.Timeout(2 * time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", nd.Name, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
 // Running reports whether the node's process runs.
 func (nd *Node) Running() bool {
 	nd.mu.Lock()
