@@ -69,6 +69,7 @@ func clusterTurns(t *testing.T) int {
 // made for it, and every tool result it was shown.
 type clusterModel struct {
 	scripts map[string][]llmtest.ToolCall
+	delay   time.Duration // before each plain answer
 
 	mu       sync.Mutex
 	requests []clusterRequest
@@ -81,8 +82,8 @@ type clusterRequest struct {
 	users []string // the user texts of the request, oldest first
 }
 
-func newClusterModel(t *testing.T, scripts map[string][]llmtest.ToolCall) (*clusterModel, *llmtest.Server) {
-	m := &clusterModel{scripts: scripts, results: map[string]string{}}
+func newClusterModel(t testing.TB, scripts map[string][]llmtest.ToolCall, delay time.Duration) (*clusterModel, *llmtest.Server) {
+	m := &clusterModel{scripts: scripts, delay: delay, results: map[string]string{}}
 	return m, llmtest.NewServer(t, llmtest.WithResponder(m.respond), llmtest.WithRecordLimit(0))
 }
 
@@ -118,7 +119,7 @@ func (m *clusterModel) respond(r *llmtest.Request) llmtest.Reply {
 			return llmtest.TextReply("done")
 		}
 	}
-	return llmtest.Reply{Text: "answer to " + text, Delay: 50 * time.Millisecond}
+	return llmtest.Reply{Text: "answer to " + text, Delay: m.delay}
 }
 
 // requestsFor returns the requests made for inbound id after since.
@@ -280,18 +281,28 @@ type clusterRig struct {
 	w     *finalWatcher
 }
 
-// startClusterRig starts the cluster, the model and the instances named
-// in start (indexes of three), waits until they are ready and starts
-// watching CHAT_OUT.
-func startClusterRig(t *testing.T, scripts map[string][]llmtest.ToolCall, start ...int) *clusterRig {
+// rigOptions say what a cluster rig runs.
+type rigOptions struct {
+	store      string                        // memory.store; "" is jetstream
+	scripts    map[string][]llmtest.ToolCall // the model's tool calls by marker
+	modelDelay time.Duration                 // before each plain answer
+	start      []int                         // the instances (of three) started and waited for
+}
+
+// startClusterRig starts the cluster, the model and the instances of
+// o.start, waits until they are ready and starts watching CHAT_OUT.
+func startClusterRig(t *testing.T, o rigOptions) *clusterRig {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the binary and a 3-node NATS cluster; skipped with -short")
 	}
+	if o.store == "" {
+		o.store = "jetstream"
+	}
 	r := &clusterRig{t: t, bin: buildPlainBinary(t)}
 	r.cl = clustertest.Start(t, 3)
 	var srv *llmtest.Server
-	r.model, srv = newClusterModel(t, scripts)
+	r.model, srv = newClusterModel(t, o.scripts, o.modelDelay)
 	partitions := ""
 	if v := os.Getenv("SWITCHBOARD_CLUSTER_PARTITIONS"); v != "" {
 		partitions = "  partitions: " + v + "\n"
@@ -309,7 +320,7 @@ bus:
 admin:
   listen: %q
 memory:
-  store: jetstream
+  store: %s
 llm:
   base_url: %s
   api_key: test
@@ -318,16 +329,16 @@ llm:
 agent:
   workspace: %s
   delta_interval: 20ms
-%s`, filepath.Join(dir, "data"), r.cl.URL(), in.admin, srv.URL(), filepath.Join(dir, "workspace"), partitions)
+%s`, filepath.Join(dir, "data"), r.cl.URL(), in.admin, o.store, srv.URL(), filepath.Join(dir, "workspace"), partitions)
 		if err := os.WriteFile(in.config, []byte(cfg), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		r.inst = append(r.inst, in)
 	}
-	for _, i := range start {
+	for _, i := range o.start {
 		r.startInstance(i)
 	}
-	for _, i := range start {
+	for _, i := range o.start {
 		r.waitReady(i)
 	}
 	r.connect()
@@ -521,11 +532,44 @@ func (r *clusterRig) waitMoreAnswered(chats []string, n int) {
 // the turn the dead instance wrote last (its history is on JetStream);
 // every accepted message gets exactly one final.
 func TestClusterKillInstance(t *testing.T) {
-	r := startClusterRig(t, nil, 0, 1, 2)
+	r := startClusterRig(t, rigOptions{modelDelay: 50 * time.Millisecond, start: []int{0, 1, 2}})
 	chats := clusterChats(12)
 	s := r.startSending(chats)
 	r.waitMoreAnswered(chats, clusterTurns(t)) // traffic before the fault
 
+	f := r.failover(clusterMovedDeadline)
+	r.waitMoreAnswered(chats, clusterTurns(t)) // traffic after the fault
+	r.drain(s, chats)
+
+	for sess, td := range f.lastByVictim {
+		want := "message " + td.msgID
+		reqs := r.model.requestsFor(nextID(r, sess, td.msgID, f.killedAt), f.killedAt)
+		if len(reqs) == 0 {
+			t.Errorf("%s: no request after the kill", sess)
+			continue
+		}
+		if !slices.Contains(reqs[0].users, want) {
+			t.Errorf("%s: the first request after the kill lacks %q (written by the killed instance); its user messages: %q",
+				sess, want, reqs[0].users)
+		}
+	}
+}
+
+// failoverResult is what failover measured.
+type failoverResult struct {
+	victim       int
+	killedAt     time.Time
+	lastByVictim map[string]turnDone      // per session: the victim's last finished turn
+	firstAnswer  map[string]time.Duration // per such session: SIGKILL to its first answer by another instance
+}
+
+// failover kills (SIGKILL) the instance that ran the most sessions last
+// and waits, at most deadline, until each session whose latest turn ran
+// on it is answered by another instance; it logs the time from the kill
+// to the first and the last of those answers.
+func (r *clusterRig) failover(deadline time.Duration) failoverResult {
+	t := r.t
+	t.Helper()
 	owner := r.lastOwner(time.Now())
 	perInstance := make([]int, 3)
 	for _, i := range owner {
@@ -539,6 +583,7 @@ func TestClusterKillInstance(t *testing.T) {
 	}
 	killedAt := r.kill(victim)
 	// What the victim finished last, per chat: its history must follow.
+	f := failoverResult{victim: victim, killedAt: killedAt, firstAnswer: map[string]time.Duration{}}
 	lastByVictim := map[string]turnDone{}
 	for _, td := range r.inst[victim].turns() {
 		if owner[td.session] == victim && td.at.After(lastByVictim[td.session].at) {
@@ -547,8 +592,8 @@ func TestClusterKillInstance(t *testing.T) {
 	}
 	t.Logf("killed %s (sessions last run per instance: %v); its chats: %d", r.inst[victim].name, perInstance, len(lastByVictim))
 
-	firstAnswer := map[string]time.Duration{}
-	polltest.Until(t, clusterMovedDeadline, 20*time.Millisecond, func() bool {
+	firstAnswer := f.firstAnswer
+	polltest.Until(t, deadline, 20*time.Millisecond, func() bool {
 		for i, in := range r.inst {
 			if i == victim {
 				continue
@@ -570,7 +615,7 @@ func TestClusterKillInstance(t *testing.T) {
 			}
 		}
 		return fmt.Sprintf("%d chats of the killed instance not answered by another within %s: %v (answered after %v)",
-			len(waiting), clusterMovedDeadline, waiting, firstAnswer)
+			len(waiting), deadline, waiting, firstAnswer)
 	})
 	times := make([]time.Duration, 0, len(firstAnswer))
 	for _, d := range firstAnswer {
@@ -581,21 +626,8 @@ func TestClusterKillInstance(t *testing.T) {
 		t.Logf("SIGKILL to the first answer of a moved chat: first %s, last %s (%d chats)",
 			times[0].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond), len(times))
 	}
-	r.waitMoreAnswered(chats, clusterTurns(t)) // traffic after the fault
-	r.drain(s, chats)
-
-	for sess, td := range lastByVictim {
-		want := "message " + td.msgID
-		reqs := r.model.requestsFor(nextID(r, sess, td.msgID, killedAt), killedAt)
-		if len(reqs) == 0 {
-			t.Errorf("%s: no request after the kill", sess)
-			continue
-		}
-		if !slices.Contains(reqs[0].users, want) {
-			t.Errorf("%s: the first request after the kill lacks %q (written by the killed instance); its user messages: %q",
-				sess, want, reqs[0].users)
-		}
-	}
+	f.lastByVictim = lastByVictim
+	return f
 }
 
 // nextID returns the id of the first message of session's chat after
@@ -618,7 +650,7 @@ func nextID(r *clusterRig, session, prev string, since time.Time) string {
 // three is killed while eight chats send: messages keep being accepted
 // and answered, and every accepted message gets exactly one final.
 func TestClusterNodeDown(t *testing.T) {
-	r := startClusterRig(t, nil, 0, 1, 2)
+	r := startClusterRig(t, rigOptions{modelDelay: 50 * time.Millisecond, start: []int{0, 1, 2}})
 	chats := clusterChats(8)
 	s := r.startSending(chats)
 	r.waitMoreAnswered(chats, clusterTurns(t))
@@ -640,12 +672,12 @@ func TestClusterNodeDown(t *testing.T) {
 func TestClusterRestartEverything(t *testing.T) {
 	const codeWord = "PELICAN-7"
 	const task = "water the plants"
-	r := startClusterRig(t, map[string][]llmtest.ToolCall{
+	r := startClusterRig(t, rigOptions{start: []int{0, 1, 2}, scripts: map[string][]llmtest.ToolCall{
 		"remember-note": {{ID: "w1", Name: "memory_write", Arguments: `{"text":"The code word is ` + codeWord + `","kind":"core"}`}},
 		"recall-note":   {{ID: "r1", Name: "memory_search", Arguments: `{"query":"code word"}`}},
 		"make-schedule": {{ID: "s1", Name: "schedule", Arguments: `{"action":"create","prompt":"` + task + `","every":"24h"}`}},
 		"list-schedule": {{ID: "l1", Name: "schedule", Arguments: `{"action":"list"}`}},
-	}, 0, 1, 2)
+	}})
 	chats := clusterChats(4)
 	send := func(chat, id string) {
 		t.Helper()
