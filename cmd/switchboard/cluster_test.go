@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,11 +20,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/internal/clustertest"
 	"github.com/switchboard-chat/switchboard/internal/polltest"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
+	"github.com/switchboard-chat/switchboard/memory/memcfg"
 )
 
 // The cluster tests (issue 17): a real 3-node NATS cluster on loopback
@@ -765,4 +770,334 @@ func TestClusterRestartEverything(t *testing.T) {
 	}
 	r.w.waitAnswered(t, 60*time.Second, r.pub.ids())
 	r.w.assertOnce(t, r.pub.ids())
+}
+
+// The compose file of deploy/cluster, as far as the checks below read it.
+// Decoded strictly: a key not listed here (a typo such as depend_on) is an
+// error.
+type composeFile struct {
+	Name     string                    `yaml:"name"`
+	Services map[string]composeService `yaml:"services"`
+	Volumes  map[string]any            `yaml:"volumes"`
+}
+
+type composeService struct {
+	Image string `yaml:"image"`
+	Build struct {
+		Context string `yaml:"context"`
+	} `yaml:"build"`
+	Command     []string          `yaml:"command"`
+	Environment map[string]string `yaml:"environment"`
+	Volumes     []string          `yaml:"volumes"`
+	Ports       []string          `yaml:"ports"`
+	DependsOn   []string          `yaml:"depends_on"`
+	Deploy      struct {
+		Replicas int `yaml:"replicas"`
+	} `yaml:"deploy"`
+	Restart         string `yaml:"restart"`
+	StopGracePeriod string `yaml:"stop_grace_period"`
+}
+
+var composeVarRE = regexp.MustCompile(`\$\{([A-Z0-9_]+)(?:(:-|:\?)([^}]*))?\}`)
+
+// interpolate replaces ${VAR}, ${VAR:-default} and ${VAR:?message} as
+// compose does, from env; it reports the variables without a value that
+// ":?" requires.
+func interpolate(s string, env map[string]string) (string, []string) {
+	var missing []string
+	out := composeVarRE.ReplaceAllStringFunc(s, func(m string) string {
+		g := composeVarRE.FindStringSubmatch(m)
+		v := env[g[1]]
+		switch {
+		case v != "":
+			return v
+		case g[2] == ":?":
+			missing = append(missing, g[1])
+		case g[2] == ":-":
+			return g[3]
+		}
+		return ""
+	})
+	return out, missing
+}
+
+// flagValues reads a nats-server command line: "--flag value" pairs and
+// lone boolean flags.
+func flagValues(args []string) map[string]string {
+	out := map[string]string{}
+	for i := 0; i < len(args); i++ {
+		if !strings.HasPrefix(args[i], "-") {
+			continue
+		}
+		if i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+			out[args[i]] = args[i+1]
+			i++
+		} else {
+			out[args[i]] = "true"
+		}
+	}
+	return out
+}
+
+// hostPorts returns the host ports a "host:from[-to]:container" entry
+// publishes.
+func hostPorts(entry string) ([]int, error) {
+	parts := strings.Split(entry, ":")
+	if len(parts) != 3 {
+		return nil, fmt.Errorf("port %q: want host_ip:host_port:container_port", entry)
+	}
+	from, to, ranged := strings.Cut(parts[1], "-")
+	if !ranged {
+		to = from
+	}
+	a, err1 := strconv.Atoi(from)
+	b, err2 := strconv.Atoi(to)
+	if err1 != nil || err2 != nil || b < a {
+		return nil, fmt.Errorf("port %q: bad host port", entry)
+	}
+	var out []int
+	for p := a; p <= b; p++ {
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// composeProblems checks the compose file of deploy/cluster (its text,
+// env for the variables, dir the folder it is in) and lists what is
+// inconsistent: the NATS nodes (names, JetStream store on a volume, one
+// cluster name, routes to every other node with the route credentials,
+// one client user), the Switchboard service (built from the repository's
+// Dockerfile, the config file mounted where the image reads it, replicas,
+// bus URL naming every node with the client credentials, depends_on),
+// ports published once, named volumes declared and used.
+func composeProblems(data []byte, env map[string]string, dir string) []string {
+	var probs []string
+	bad := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
+	text, missing := interpolate(string(data), env)
+	if len(missing) > 0 {
+		bad("variables required but not set: %v", missing)
+	}
+	var f composeFile
+	dec := yaml.NewDecoder(strings.NewReader(text))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		return append(probs, "decode: "+err.Error())
+	}
+	var natsNames []string
+	for name, s := range f.Services {
+		if strings.HasPrefix(s.Image, "nats:") {
+			natsNames = append(natsNames, name)
+		}
+	}
+	slices.Sort(natsNames)
+	if len(natsNames) != 3 {
+		bad("%d NATS services (%v), want 3", len(natsNames), natsNames)
+	}
+	var clusterName, user, pass, routeUser, routePass, routePort string
+	for i, name := range natsNames {
+		s := f.Services[name]
+		fl := flagValues(s.Command)
+		if fl["--name"] != name {
+			bad("%s: --name %q, want the service name", name, fl["--name"])
+		}
+		if fl["--jetstream"] != "true" {
+			bad("%s: JetStream is off (--jetstream)", name)
+		}
+		if !slices.ContainsFunc(s.Volumes, func(v string) bool { return strings.HasSuffix(v, ":"+fl["--store_dir"]) }) {
+			bad("%s: the JetStream store %q is on no volume", name, fl["--store_dir"])
+		}
+		cu, err := url.Parse(fl["--cluster"])
+		if err != nil || cu.User == nil {
+			bad("%s: --cluster %q: want nats://route_user:route_password@0.0.0.0:port", name, fl["--cluster"])
+			continue
+		}
+		cp, _ := cu.User.Password()
+		if i == 0 {
+			clusterName, user, pass, routeUser, routePass, routePort = fl["--cluster_name"], fl["--user"], fl["--pass"], cu.User.Username(), cp, cu.Port()
+		}
+		if fl["--cluster_name"] != clusterName || fl["--user"] != user || fl["--pass"] != pass || cu.User.Username() != routeUser || cp != routePass || cu.Port() != routePort {
+			bad("%s: cluster name, client user/password or route credentials/port differ from %s's", name, natsNames[0])
+		}
+		var routed []string
+		for _, r := range strings.Split(fl["--routes"], ",") {
+			ru, err := url.Parse(r)
+			if err != nil || ru.User == nil {
+				bad("%s: route %q without credentials", name, r)
+				continue
+			}
+			rp, _ := ru.User.Password()
+			if ru.User.Username() != routeUser || rp != routePass || ru.Port() != routePort {
+				bad("%s: route %q: credentials or port differ from --cluster", name, r)
+			}
+			routed = append(routed, ru.Hostname())
+		}
+		slices.Sort(routed)
+		others := slices.DeleteFunc(slices.Clone(natsNames), func(n string) bool { return n == name })
+		if !slices.Equal(routed, others) {
+			bad("%s: routes to %v, want every other node %v", name, routed, others)
+		}
+	}
+	sb, ok := f.Services["switchboard"]
+	if !ok {
+		return append(probs, "no service switchboard")
+	}
+	if _, err := os.Stat(filepath.Join(dir, sb.Build.Context, "Dockerfile")); err != nil {
+		bad("switchboard: build context %q has no Dockerfile: %v", sb.Build.Context, err)
+	}
+	dockerfile, _ := os.ReadFile(filepath.Join(dir, sb.Build.Context, "Dockerfile"))
+	mounted := false
+	for _, v := range sb.Volumes {
+		src, dst, _ := strings.Cut(strings.TrimSuffix(v, ":ro"), ":")
+		if dst == "/etc/switchboard/config.yaml" && strings.HasPrefix(src, ".") {
+			mounted = true
+			if _, err := os.Stat(filepath.Join(dir, src)); err != nil {
+				bad("switchboard: mounted config %s: %v", src, err)
+			}
+		}
+	}
+	if !mounted || !strings.Contains(string(dockerfile), `"--config", "/etc/switchboard/config.yaml"`) {
+		bad("switchboard: the config file is not mounted at the path the image's ENTRYPOINT reads")
+	}
+	if sb.Deploy.Replicas != 3 {
+		bad("switchboard: %d replicas, want 3", sb.Deploy.Replicas)
+	}
+	deps := slices.Sorted(slices.Values(sb.DependsOn))
+	if !slices.Equal(deps, natsNames) {
+		bad("switchboard: depends_on %v, want %v", deps, natsNames)
+	}
+	var hosts []string
+	for _, u := range strings.Split(sb.Environment["SWITCHBOARD_BUS_URL"], ",") {
+		pu, err := url.Parse(u)
+		if err != nil || pu.User == nil {
+			bad("switchboard: bus URL %q without credentials", u)
+			continue
+		}
+		pw, _ := pu.User.Password()
+		if pu.User.Username() != user || pw != pass || pu.Port() != "4222" {
+			bad("switchboard: bus URL %q: not the nodes' client user/password on port 4222", u)
+		}
+		hosts = append(hosts, pu.Hostname())
+	}
+	slices.Sort(hosts)
+	if !slices.Equal(hosts, natsNames) {
+		bad("switchboard: bus URL names %v, want every node %v", hosts, natsNames)
+	}
+	published := map[int]string{}
+	for name, s := range f.Services {
+		n := 0
+		for _, p := range s.Ports {
+			ports, err := hostPorts(p)
+			if err != nil {
+				bad("%s: %v", name, err)
+			}
+			for _, hp := range ports {
+				if prev, dup := published[hp]; dup {
+					bad("host port %d published by %s and %s", hp, prev, name)
+				}
+				published[hp] = name
+				n++
+			}
+		}
+		if s.Deploy.Replicas > 1 && n < s.Deploy.Replicas {
+			bad("%s: %d replicas but %d host ports", name, s.Deploy.Replicas, n)
+		}
+		for _, v := range s.Volumes {
+			src, _, _ := strings.Cut(v, ":")
+			if strings.HasPrefix(src, ".") || strings.HasPrefix(src, "/") {
+				continue
+			}
+			if _, ok := f.Volumes[src]; !ok {
+				bad("%s: volume %q is not declared", name, src)
+			}
+		}
+	}
+	for v := range f.Volumes {
+		used := false
+		for _, s := range f.Services {
+			used = used || slices.ContainsFunc(s.Volumes, func(m string) bool { return strings.HasPrefix(m, v+":") })
+		}
+		if !used {
+			bad("volume %q is declared but not used", v)
+		}
+	}
+	slices.Sort(probs)
+	return probs
+}
+
+// TestDeployClusterCompose checks deploy/cluster without a Docker engine:
+// the compose file is consistent (composeProblems; a broken copy of it is
+// caught), its config.yaml loads with the daemon's own loader in the
+// environment compose gives the instances (every key real, every value
+// valid, bus.replicas the number of nodes, memory.store jetstream), and
+// the README's commands name the services and containers the file
+// defines.
+func TestDeployClusterCompose(t *testing.T) {
+	const dir = "../../deploy/cluster"
+	data, err := os.ReadFile(filepath.Join(dir, "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"SWITCHBOARD_NATS_PASSWORD": "0123abcd", "SWITCHBOARD_NATS_ROUTE_PASSWORD": "4567ef01", "OPENAI_API_KEY": "sk-test"}
+	if probs := composeProblems(data, env, dir); len(probs) > 0 {
+		t.Errorf("deploy/cluster/docker-compose.yml:\n  %s", strings.Join(probs, "\n  "))
+	}
+	// The checks can fail: a route to a node that does not exist, a
+	// password not set.
+	broken := strings.Replace(string(data), "@nats3:6222", "@nats4:6222", 1)
+	if probs := composeProblems([]byte(broken), env, dir); len(probs) == 0 {
+		t.Error("a route to nats4 (no such node) was not caught")
+	}
+	if probs := composeProblems(data, map[string]string{}, dir); len(probs) == 0 || !strings.Contains(strings.Join(probs, " "), "SWITCHBOARD_NATS_PASSWORD") {
+		t.Errorf("no password set: problems %q", probs)
+	}
+
+	text, _ := interpolate(string(data), env)
+	var f composeFile
+	if err := yaml.Unmarshal([]byte(text), &f); err != nil {
+		t.Fatal(err)
+	}
+	sb := f.Services["switchboard"]
+	cfgData, err := os.ReadFile(filepath.Join(dir, "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	instanceEnv := map[string]string{"SWITCHBOARD_ADMIN_LISTEN": "0.0.0.0:9090"} // the image's ENV
+	maps.Copy(instanceEnv, sb.Environment)
+	cfg, err := ParseConfig(cfgData, envMap(instanceEnv))
+	if err != nil {
+		t.Fatalf("deploy/cluster/config.yaml does not load:\n%v", err)
+	}
+	nodes := 0
+	for _, s := range f.Services {
+		if strings.HasPrefix(s.Image, "nats:") {
+			nodes++
+		}
+	}
+	if cfg.Bus.URL != sb.Environment["SWITCHBOARD_BUS_URL"] || cfg.Bus.Replicas != nodes || cfg.Memory.Store != memcfg.StoreJetStream {
+		t.Errorf("deploy/cluster/config.yaml: bus.url %q, bus.replicas %d (nodes %d), memory.store %q; want the compose file's bus URL, one replica per node, jetstream",
+			bus.RedactURL(cfg.Bus.URL), cfg.Bus.Replicas, nodes, cfg.Memory.Store)
+	}
+
+	readme, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// `dc <verb> [flags] <service>` and `docker kill ... <container>`.
+	dcRE := regexp.MustCompile(`(?m)^dc (?:stop|start|logs -f|exec --index \d+|port --index \d+) ([a-z0-9-]+)`)
+	named := 0
+	for _, m := range dcRE.FindAllStringSubmatch(string(readme), -1) {
+		named++
+		if _, ok := f.Services[m[1]]; !ok {
+			t.Errorf("README: %q names no service of the compose file", m[0])
+		}
+	}
+	for _, m := range regexp.MustCompile(`docker kill --signal KILL ([a-z0-9-]+)`).FindAllStringSubmatch(string(readme), -1) {
+		named++
+		if !strings.HasPrefix(m[1], f.Name+"-switchboard-") {
+			t.Errorf("README: docker kill %s is not a container of project %q's switchboard service", m[1], f.Name)
+		}
+	}
+	if named == 0 || !strings.Contains(string(readme), "switchboard status --config") {
+		t.Error("README: the commands naming services, or `switchboard status --config`, are missing")
+	}
 }
