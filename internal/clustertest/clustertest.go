@@ -20,6 +20,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -181,14 +182,42 @@ func (c *Cluster) Connect(t testing.TB, opts ...nats.Option) *nats.Conn {
 }
 
 // WaitMetaLeader waits until every running node answers JetStream
-// requests (which needs a meta leader: a quorum of the nodes up).
+// requests (which needs a meta leader: a quorum of the nodes up) and the
+// meta leader can place a stream with a replica on every running node (a
+// node that just joined is not a placement peer at once; a stream with
+// bus.replicas 3 created before would fail with "no suitable peers").
 func (c *Cluster) WaitMetaLeader(t testing.TB) {
 	t.Helper()
+	var running []*Node
 	for _, nd := range c.Nodes {
 		if nd.Running() {
 			nd.waitJetStream(t)
+			running = append(running, nd)
 		}
 	}
+	if len(running) == 0 {
+		return
+	}
+	nd := running[0]
+	nd.until(t, fmt.Sprintf("place a stream on the %d running nodes", len(running)), func() error {
+		nc, err := nats.Connect(nd.URL(), nats.Timeout(time.Second), nats.NoReconnect())
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		const probe = "CLUSTERTEST_PROBE"
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: probe, Subjects: []string{"clustertest.probe"},
+			Replicas: len(running), Storage: jetstream.MemoryStorage}); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return err
+		}
+		return js.DeleteStream(ctx, probe)
+	})
 }
 
 // StopAll stops every running node (SIGTERM).
