@@ -144,7 +144,7 @@ authorization {
 		for _, nd := range c.Nodes {
 			nd.Kill(t)
 			if t.Failed() && testing.Verbose() {
-				t.Logf("nats-server %s log:\n%s", nd.Name, nd.logs.String())
+				t.Logf("nats-server %s log (the last 80 lines):\n%s", nd.Name, nd.logs.tail(80))
 			}
 		}
 	})
