@@ -104,10 +104,11 @@ func freePort(t testing.TB) string {
 
 // process is one running switchboard binary.
 type process struct {
-	cmd  *exec.Cmd
-	logs *strings.Builder
-	out  *lockedWriter // guards logs
-	done chan error
+	cmd    *exec.Cmd
+	logs   *strings.Builder
+	out    *lockedWriter // guards logs
+	done   chan error
+	exited atomic.Bool // Wait returned (set before done is sent)
 }
 
 func startProcess(t testing.TB, bin, config string) *process {
@@ -127,9 +128,15 @@ func startProcessEnv(t testing.TB, bin, config string, env ...string) *process {
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.done <- p.cmd.Wait() }()
+	go func() {
+		err := p.cmd.Wait()
+		p.exited.Store(true)
+		p.done <- err
+	}()
 	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
+		// Not p.cmd.ProcessState: Wait writes it, and nobody may have
+		// received from done since.
+		if !p.exited.Load() {
 			_ = p.cmd.Process.Kill()
 			<-p.done
 		}
