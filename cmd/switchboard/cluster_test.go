@@ -147,9 +147,12 @@ func (m *clusterModel) result(callID string) string {
 	return m.results[callID]
 }
 
-// finalWatcher follows CHAT_OUT (everything stored, from the start, with
-// an ordered consumer that survives node failures) and records the
-// distinct final ids per inbound id.
+// finalWatcher follows CHAT_OUT (everything stored, from the start) and
+// records the distinct final ids per inbound id. It reads through a
+// durable consumer of its own, replicated like the stream, so that it
+// survives the loss of a node as the daemons' consumers do (an ordered
+// consumer, a single copy on one node, stalled now and then when that
+// node was killed).
 type finalWatcher struct {
 	cc jetstream.ConsumeContext
 
@@ -158,10 +161,15 @@ type finalWatcher struct {
 	changed chan struct{}              // closed and replaced on every final
 }
 
+// watchers numbers the watchers' consumers (a new one after a restart).
+var watchers int
+
 func watchFinals(t *testing.T, js jetstream.JetStream) *finalWatcher {
 	t.Helper()
 	w := &finalWatcher{finals: map[string]map[string]bool{}, changed: make(chan struct{})}
-	cons, err := js.OrderedConsumer(t.Context(), "CHAT_OUT", jetstream.OrderedConsumerConfig{})
+	watchers++
+	cons, err := js.CreateOrUpdateConsumer(t.Context(), "CHAT_OUT", jetstream.ConsumerConfig{
+		Durable: fmt.Sprintf("test_watch_%d", watchers), AckPolicy: jetstream.AckNonePolicy, DeliverPolicy: jetstream.DeliverAllPolicy})
 	if err != nil {
 		t.Fatal(err)
 	}
