@@ -730,16 +730,17 @@ func TestClusterRestartEverything(t *testing.T) {
 	writers := map[int]bool{}
 	for _, id := range []string{"notes-remember-note", "notes-make-schedule"} {
 		by := -1
-		for i, in := range r.inst {
-			for _, td := range in.turns() {
-				if td.msgID == id {
-					by = i
+		// An instance logs "turn done" just after it published the final.
+		polltest.Until(t, wait, 20*time.Millisecond, func() bool {
+			for i, in := range r.inst {
+				for _, td := range in.turns() {
+					if td.msgID == id {
+						by = i
+					}
 				}
 			}
-		}
-		if by < 0 {
-			t.Fatalf("no instance logged the turn of %s", id)
-		}
+			return by >= 0
+		}, func() string { return "no instance logged the turn of " + id })
 		writers[by] = true
 		t.Logf("%s ran on %s", id, r.inst[by].name)
 	}
