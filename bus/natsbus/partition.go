@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/provision"
 )
 
 // Partitioned consumption (agent.partitions > 1, docs/scale-out.md): the in
@@ -229,7 +230,14 @@ func (b *Bus) setupConsumers(ctx context.Context) ([]*part, error) {
 // and creates it anew.
 func (b *Bus) setupConsumer(ctx context.Context, cfg jetstream.ConsumerConfig, fresh bool) (jetstream.Consumer, error) {
 	if !fresh {
-		cons, err := b.js.CreateOrUpdateConsumer(ctx, b.streams.In, cfg)
+		// Instances starting together send this create at once: sent
+		// again when unanswered (internal/provision).
+		var cons jetstream.Consumer
+		err := provision.Do(ctx, b.log, "consumer "+b.streams.In+"/"+cfg.Durable, 0, func(ctx context.Context) error {
+			var err error
+			cons, err = b.js.CreateOrUpdateConsumer(ctx, b.streams.In, cfg)
+			return err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("create or update consumer %s/%s: %w", b.streams.In, cfg.Durable, err)
 		}

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/provision"
 )
 
 // Stream limits (DESIGN.md §4).
@@ -147,7 +148,11 @@ func (b *Bus) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) erro
 		c := s.CachedInfo().Config
 		before = &c
 	}
-	if _, err := b.js.CreateOrUpdateStream(ctx, cfg); err != nil {
+	// Instances starting together send this at once: see internal/provision.
+	if err := provision.Do(ctx, b.log, "stream "+cfg.Name, 0, func(ctx context.Context) error {
+		_, err := b.js.CreateOrUpdateStream(ctx, cfg)
+		return err
+	}); err != nil {
 		return fmt.Errorf("ensure stream %s: %w", cfg.Name, explainReplicas(err, cfg.Replicas))
 	}
 	if before != nil && (before.MaxAge != cfg.MaxAge || before.Duplicates != cfg.Duplicates || before.Replicas != cfg.Replicas) {

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,37 +20,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/clustertest"
 	"github.com/switchboard-chat/switchboard/internal/polltest"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
-var natsServerOnce struct {
-	sync.Once
-	path string
-	err  error
-}
-
 // natsServerBinary builds nats-server from the module cache (it is a
 // dependency of the embedded bus) once per test run.
-func natsServerBinary(t testing.TB) string {
-	t.Helper()
-	natsServerOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "switchboard-nats-server-")
-		if err != nil {
-			natsServerOnce.err = err
-			return
-		}
-		natsServerOnce.path = filepath.Join(dir, "nats-server")
-		out, err := exec.Command("go", "build", "-o", natsServerOnce.path, "github.com/nats-io/nats-server/v2").CombinedOutput()
-		if err != nil {
-			natsServerOnce.err = fmt.Errorf("go build nats-server: %v\n%s", err, out)
-		}
-	})
-	if natsServerOnce.err != nil {
-		t.Fatal(natsServerOnce.err)
-	}
-	return natsServerOnce.path
-}
+func natsServerBinary(t testing.TB) string { return clustertest.ServerBinary(t) }
 
 // natsProcess is an external nats-server with JetStream on a fixed port
 // and store directory, so that it can be killed and started again.

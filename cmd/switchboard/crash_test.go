@@ -43,17 +43,27 @@ type builtBinary struct {
 func buildBinary(t testing.TB) string { return buildBinaryTags(t, "") }
 
 // buildBinaryTags builds the switchboard binary with the given build tags
-// (comma-separated, e.g. "failpoints") once per test run.
-func buildBinaryTags(t testing.TB, tags string) string {
+// (comma-separated, e.g. "failpoints") once per test run, with -race when
+// the test runs with it.
+func buildBinaryTags(t testing.TB, tags string) string { return buildBinaryRace(t, tags, raceEnabled) }
+
+// buildPlainBinary builds the release binary without -race even when the
+// test runs with it: for tests that run several daemons at once (the
+// cluster tests), where the race detector's cost in each of them would
+// buy nothing the single-daemon tests do not already check.
+func buildPlainBinary(t testing.TB) string { return buildBinaryRace(t, "", false) }
+
+func buildBinaryRace(t testing.TB, tags string, race bool) string {
 	t.Helper()
+	key := tags + "/race=" + strconv.FormatBool(race)
 	builds.mu.Lock()
 	if builds.bins == nil {
 		builds.bins = map[string]*builtBinary{}
 	}
-	b := builds.bins[tags]
+	b := builds.bins[key]
 	if b == nil {
 		b = &builtBinary{}
-		builds.bins[tags] = b
+		builds.bins[key] = b
 	}
 	builds.mu.Unlock()
 	b.once.Do(func() {
@@ -64,7 +74,7 @@ func buildBinaryTags(t testing.TB, tags string) string {
 		}
 		b.path = filepath.Join(dir, "switchboard")
 		args := []string{"build", "-o", b.path}
-		if raceEnabled {
+		if race {
 			args = append(args, "-race")
 		}
 		if tags != "" {
@@ -94,10 +104,11 @@ func freePort(t testing.TB) string {
 
 // process is one running switchboard binary.
 type process struct {
-	cmd  *exec.Cmd
-	logs *strings.Builder
-	out  *lockedWriter // guards logs
-	done chan error
+	cmd    *exec.Cmd
+	logs   *strings.Builder
+	out    *lockedWriter // guards logs
+	done   chan error
+	exited atomic.Bool // Wait returned (set before done is sent)
 }
 
 func startProcess(t testing.TB, bin, config string) *process {
@@ -117,9 +128,15 @@ func startProcessEnv(t testing.TB, bin, config string, env ...string) *process {
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.done <- p.cmd.Wait() }()
+	go func() {
+		err := p.cmd.Wait()
+		p.exited.Store(true)
+		p.done <- err
+	}()
 	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
+		// Not p.cmd.ProcessState: Wait writes it, and nobody may have
+		// received from done since.
+		if !p.exited.Load() {
 			_ = p.cmd.Process.Kill()
 			<-p.done
 		}

@@ -39,6 +39,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/internal/lease"
+	"github.com/switchboard-chat/switchboard/internal/provision"
 )
 
 // Names of the buckets [Open] opens (after "<prefix>_").
@@ -163,8 +164,12 @@ func openBucket(ctx context.Context, nc *nats.Conn, cfg Config, name, desc strin
 		return nil, fmt.Errorf("kvstate: %w", err)
 	}
 	bucket := bucketName(cfg.Prefix, name)
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Description: desc,
-		History: 1, Replicas: max(cfg.Replicas, 1), Storage: jetstream.FileStorage, TTL: ttl})
+	var kv jetstream.KeyValue
+	err = provision.Do(ctx, nil, "bucket "+bucket, 0, func(ctx context.Context) error {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Description: desc,
+			History: 1, Replicas: max(cfg.Replicas, 1), Storage: jetstream.FileStorage, TTL: ttl})
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("kvstate: bucket %s: %w", bucket, err)
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchboard-chat/switchboard/internal/provision"
 )
 
 // DefaultTTL is the daemon's lease TTL: a dead holder's work moves to
@@ -54,8 +56,13 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) (*Le
 	if ttl <= 0 {
 		ttl = DefaultTTL
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, TTL: ttl,
-		Replicas: max(cfg.Replicas, 1), History: 1, Description: "Switchboard leases: who runs what once"})
+	// Instances starting together send this at once: see internal/provision.
+	var kv jetstream.KeyValue
+	err = provision.Do(ctx, log, "bucket "+bucket, 0, func(ctx context.Context) error {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, TTL: ttl,
+			Replicas: max(cfg.Replicas, 1), History: 1, Description: "Switchboard leases: who runs what once"})
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("lease: bucket %s: %w", bucket, err)
 	}

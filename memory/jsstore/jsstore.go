@@ -120,6 +120,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/switchboard-chat/switchboard/internal/provision"
 	"github.com/switchboard-chat/switchboard/memory"
 )
 
@@ -238,8 +239,6 @@ func Open(ctx context.Context, nc *nats.Conn, opts Options) (*Store, error) {
 		base: opts.Prefix + ".history.",
 	}
 	s.locks.init()
-	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
-	defer cancel()
 	cfg := jetstream.StreamConfig{
 		Name:               s.name,
 		Description:        "Switchboard conversation history and de-duplication receipts (memory/jsstore)",
@@ -252,7 +251,12 @@ func Open(ctx context.Context, nc *nats.Conn, opts Options) (*Store, error) {
 		AllowAtomicPublish: true,
 		AllowDirect:        false,
 	}
-	st, err := js.CreateOrUpdateStream(ctx, cfg)
+	// Instances starting together send this at once: see internal/provision.
+	var st jetstream.Stream
+	err = provision.Do(ctx, nil, "stream "+s.name, opts.Timeout, func(ctx context.Context) error {
+		st, err = js.CreateOrUpdateStream(ctx, cfg)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("jsstore: open: create or update stream %s (replicas %d): %w", s.name, opts.Replicas, err)
 	}
