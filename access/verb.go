@@ -21,8 +21,15 @@ type Load func(path string) (Config, string, error)
 // configFlag registers the --config flag; flags may come before or after
 // the positional argument.
 func RunVerb(args []string, stdout, stderr io.Writer, configFlag func(*flag.FlagSet) *string, load Load) error {
-	if len(args) == 0 || (args[0] != "approve" && args[0] != "list" && args[0] != "revoke") {
-		return fmt.Errorf("%w: pairing: want a subcommand: approve, list or revoke (see switchboard pairing -h)", cli.ErrUsage)
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		cli.Help(stdout, nil, "pairing")
+		if len(args) == 0 {
+			return fmt.Errorf("%w: pairing: want a subcommand: approve, list or revoke", cli.ErrUsage)
+		}
+		return nil
+	}
+	if args[0] != "approve" && args[0] != "list" && args[0] != "revoke" {
+		return fmt.Errorf("%w: pairing: unknown subcommand %q (want approve, list or revoke)", cli.ErrUsage, args[0])
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet("pairing "+sub, flag.ContinueOnError)
