@@ -1,6 +1,7 @@
 package access
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -164,30 +165,36 @@ func (s *Store) pair(channel, user, name string) Decision {
 	busy := false
 	err := s.update(func(tx *bolt.Tx) error {
 		pending, issued := tx.Bucket(bucketPending), tx.Bucket(bucketIssued)
-		var mine [][]byte
-		live := 0
-		c := pending.Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
+		var mine, expired [][]byte
+		live, quiet := 0, false
+		_ = pending.ForEach(func(k, v []byte) error {
 			var p pendingRec
 			if json.Unmarshal(v, &p) != nil || now.Unix() >= p.Expires {
-				if err := c.Delete(); err != nil {
-					return err
-				}
-				continue
+				expired = append(expired, bytes.Clone(k))
+				return nil
 			}
 			live++
 			if p.Channel == channel && p.User == user {
-				if now.Sub(time.Unix(p.Issued, 0)) < UserEvery {
-					return nil // one code per UserEvery: silence
-				}
-				mine = append(mine, k)
+				quiet = quiet || now.Sub(time.Unix(p.Issued, 0)) < UserEvery
+				mine = append(mine, bytes.Clone(k))
+			}
+			return nil
+		})
+		// Deleted after the walk: a bbolt cursor may skip a key after a
+		// delete.
+		for _, k := range expired {
+			if err := pending.Delete(k); err != nil {
+				return err
 			}
 		}
-		if live-len(mine) >= MaxPending {
+		switch {
+		case quiet:
+			return nil // one code per UserEvery: silence
+		case live-len(mine) >= MaxPending:
 			busy = true
 			return nil
 		}
-		for _, k := range mine {
+		for _, k := range mine { // the new code replaces the user's older one
 			if err := pending.Delete(k); err != nil {
 				return err
 			}
