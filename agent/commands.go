@@ -13,6 +13,7 @@ const (
 	cmdStatus  = "status"
 	cmdSteer   = "steer"
 	cmdCompact = "compact"
+	cmdPair    = "pair"
 )
 
 const helpText = "Commands:\n" +
@@ -21,6 +22,7 @@ const helpText = "Commands:\n" +
 	"/steer <text> — redirect the running request (outside one, it is a normal message)\n" +
 	"/compact — fold all but the last 2 turns into the summary\n" +
 	"/status — show this chat's session state\n" +
+	"/pair approve <code> — let in the user who got this pairing code (owners only)\n" +
 	"/help — this list\n" +
 	"Anything else goes to the assistant."
 
@@ -44,7 +46,7 @@ func parseCommand(text string) command {
 	word, _, _ = strings.Cut(word, "@")
 	word = strings.ToLower(word)
 	switch word {
-	case cmdNew, cmdStop, cmdHelp, cmdStatus, cmdSteer, cmdCompact:
+	case cmdNew, cmdStop, cmdHelp, cmdStatus, cmdSteer, cmdCompact, cmdPair:
 		return command{name: word, arg: strings.TrimSpace(arg)}
 	}
 	return command{}

@@ -61,6 +61,8 @@ type Deps struct {
 	// Memory, when set, gives each turn its scoped long-term memory in
 	// place of the workspace MEMORY.md.
 	Memory Memory
+	// Pairing, when set, answers /pair approve CODE from an owner.
+	Pairing Pairing
 }
 
 // SkillsSection renders the prompt's list of skills (name, description,

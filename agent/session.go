@@ -353,6 +353,8 @@ func (s *session) command(ctx context.Context, it item) bool {
 	case cmdStatus:
 		s.load(ctx)
 		c.finishSimple(ctx, it.in, it.d, bus.KindNotice, s.status(), false)
+	case cmdPair:
+		c.finishSimple(ctx, it.in, it.d, bus.KindNotice, pairCommand(s.env.deps.Pairing, it.in, cmd.arg), false)
 	default:
 		return false
 	}

@@ -160,8 +160,7 @@ func (a *Adapter) process(ctx context.Context, env *envelope, ev *event) error {
 			}
 		}
 	}
-	if !a.allowed(ev.User) {
-		a.deny(ctx, ev, replyThread)
+	if !a.allowed(ev.User) && !a.admit(ctx, ev, replyThread, dm) {
 		return nil
 	}
 
@@ -271,6 +270,41 @@ func (a *Adapter) allowed(user string) bool {
 	return false
 }
 
+// admit decides for a user not on allow_users: the gate (access.dm_policy
+// and the approved pairings) lets them in, or answers privately with a
+// pairing code, or stays silent, or leaves the refusal to deny. Nothing of
+// a refused message is published.
+func (a *Adapter) admit(ctx context.Context, ev *event, thread string, dm bool) bool {
+	if a.opts.Gate != nil {
+		d := a.opts.Gate.Check(ChannelName, ev.User, a.userName(ctx, ev.User), dm)
+		switch {
+		case d.Admit:
+			return true
+		case d.Pairing:
+			if d.Reply != "" {
+				if err := a.ephemeral(ctx, ev, thread, d.Reply); err != nil {
+					a.log.Warn("could not send a pairing code", "user_id", ev.User, "channel_id", ev.Channel, "err", err)
+				}
+			}
+			return false
+		}
+	}
+	a.deny(ctx, ev, thread)
+	return false
+}
+
+// ephemeral posts text that only ev's user sees, in thread when set.
+func (a *Adapter) ephemeral(ctx context.Context, ev *event, thread, text string) error {
+	opts := []slackapi.MsgOption{slackapi.MsgOptionText(text, false)}
+	if thread != "" {
+		opts = append(opts, slackapi.MsgOptionTS(thread))
+	}
+	return a.call(ctx, ev.Channel, true, func() error {
+		_, err := a.api.PostEphemeralContext(ctx, ev.Channel, ev.User, opts...)
+		return err
+	})
+}
+
 // deny tells a user who is not allowed, once, why the bot stays silent:
 // an ephemeral message naming their id and the configuration key.
 func (a *Adapter) deny(ctx context.Context, ev *event, thread string) {
@@ -282,15 +316,7 @@ func (a *Adapter) deny(ctx context.Context, ev *event, thread string) {
 		return // told, or being told by another channel's worker
 	}
 	text := fmt.Sprintf("Sorry, I am not allowed to answer you. To let me, the operator of this Switchboard adds your Slack user id `%s` to `channels.slack.allow_users` in its configuration.", ev.User)
-	opts := []slackapi.MsgOption{slackapi.MsgOptionText(text, false)}
-	if thread != "" {
-		opts = append(opts, slackapi.MsgOptionTS(thread))
-	}
-	err := a.call(ctx, ev.Channel, true, func() error {
-		_, err := a.api.PostEphemeralContext(ctx, ev.Channel, ev.User, opts...)
-		return err
-	})
-	if err != nil {
+	if err := a.ephemeral(ctx, ev, thread, text); err != nil {
 		a.denied.Delete(ev.User) // try again with their next message
 		a.log.Warn("could not tell a user they are not allowed", "user_id", ev.User, "channel_id", ev.Channel, "err", err)
 		return

@@ -55,6 +55,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
+	"github.com/switchboard-chat/switchboard/access"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bridge"
 	"github.com/switchboard-chat/switchboard/bus/bridge/boltseen"
@@ -142,6 +143,16 @@ type Options struct {
 	Status channels.StatusFunc
 	// Metrics counts sends and rate-limit waits; nil discards.
 	Metrics channels.Metrics
+	// Gate decides for users not on allow_users (access.dm_policy,
+	// approved pairings); nil refuses them as allow_users alone does.
+	Gate Gate
+}
+
+// Gate is the access check for a user not on allow_users (package
+// access's Store): direct reports a direct message. Safe for concurrent
+// use.
+type Gate interface {
+	Check(channel, user, name string, direct bool) access.Decision
 }
 
 // Adapter connects one Slack app to the bus. Build it with [New]; it

@@ -66,7 +66,7 @@ func decodeUpdate(raw []byte) (update, error) {
 
 // knownCommands are the commands the adapter or the runtime answer; a bare
 // one ("/new" without @bot) addresses the bot in a group.
-var knownCommands = map[string]bool{"start": true, "new": true, "stop": true, "steer": true, "compact": true, "help": true, "status": true}
+var knownCommands = map[string]bool{"start": true, "new": true, "stop": true, "steer": true, "compact": true, "help": true, "status": true, "pair": true}
 
 // handleUpdate turns one update into an inbound envelope and publishes it
 // (waiting for the stream's acknowledgement), or answers it directly
@@ -106,13 +106,7 @@ func (a *Adapter) handleUpdate(ctx context.Context, u update) error {
 	if group {
 		dest.replyTo = m.MessageID
 	}
-	if !a.access.allowed(m.From) {
-		if group && !ad.mentioned && !ad.reply && ad.command == "" {
-			// group_trigger all: not addressed to the bot, so no answer.
-			a.log.Debug("group message from a user not on the allow list", "user_id", m.From.ID, "chat_id", m.Chat.ID)
-			return nil
-		}
-		a.deny(ctx, m, dest)
+	if !a.access.allowed(m.From) && !a.admit(ctx, m, dest, group, ad) {
 		return ctx.Err()
 	}
 	if ad.command == "start" {
@@ -315,6 +309,32 @@ func (a *Adapter) triggered(ad addressing) bool {
 	default:
 		return ad.mentioned || ad.reply
 	}
+}
+
+// admit decides for a user not on allow_users: the gate (access.dm_policy
+// and the approved pairings) lets them in, or answers with a pairing code,
+// or stays silent, or leaves the refusal to deny. Nothing of a refused
+// message is published.
+func (a *Adapter) admit(ctx context.Context, m *tgbotapi.Message, dest target, group bool, ad addressing) bool {
+	if a.deps.Gate != nil {
+		d := a.deps.Gate.Check(Name, strconv.FormatInt(m.From.ID, 10), displayName(m), !group)
+		switch {
+		case d.Admit:
+			return true
+		case d.Pairing:
+			if d.Reply != "" {
+				a.sendBestEffort(ctx, dest, d.Reply)
+			}
+			return false
+		}
+	}
+	if group && !ad.mentioned && !ad.reply && ad.command == "" {
+		// group_trigger all: not addressed to the bot, so no answer.
+		a.log.Debug("group message from a user not on the allow list", "user_id", m.From.ID, "chat_id", m.Chat.ID)
+		return false
+	}
+	a.deny(ctx, m, dest)
+	return false
 }
 
 // deny answers a user who is not on the allow list, once per

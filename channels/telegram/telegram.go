@@ -55,6 +55,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sync/errgroup"
 
+	pairing "github.com/switchboard-chat/switchboard/access"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bridge"
 	"github.com/switchboard-chat/switchboard/bus/bridge/boltseen"
@@ -115,6 +116,15 @@ type Deps struct {
 	Status channels.StatusFunc
 	// Metrics counts sends and rate-limit waits; nil discards.
 	Metrics channels.Metrics
+	// Gate decides for users not on allow_users (access.dm_policy,
+	// approved pairings); nil refuses them as allow_users alone does.
+	Gate Gate
+}
+
+// Gate is the access check for a user not on allow_users (package
+// access's Store): direct reports a private chat. Safe for concurrent use.
+type Gate interface {
+	Check(channel, user, name string, direct bool) pairing.Decision
 }
 
 // Adapter is the Telegram channel. Build it with [New], run it once with

@@ -43,6 +43,7 @@ type channelDeps struct {
 	Metrics   channels.Metrics                  // platform sends and rate-limit waits; nil discards
 	State     kvstate.Set                       // memory.store jetstream: each channel runs on one instance, Telegram's offset shared; zero: unwrapped
 	Dash      webch.Dashboard                   // the web console dashboard's sources
+	Gate      telegram.Gate                     // access: who Telegram and Slack let in beyond allow_users; nil: nobody
 }
 
 // startChannels starts the built-in channel adapters whose sections are
@@ -92,7 +93,7 @@ func newTelegram(cfg Config, d channelDeps) (channels.Channel, error) {
 	}
 	deps := telegram.Deps{Conn: d.Conn, Subjects: d.Subjects, MaxTextBytes: cfg.Bus.MaxTextBytes,
 		StatePath: filepath.Join(d.DataDir, "telegram.db"), OutRetention: cfg.Bus.OutRetentionOrDefault(),
-		State: d.State.Channels, Seen: d.seen(compTelegram), Files: d.root(), Log: d.Log, Status: d.status(compTelegram), Metrics: d.Metrics}
+		State: d.State.Channels, Seen: d.seen(compTelegram), Files: d.root(), Log: d.Log, Status: d.status(compTelegram), Metrics: d.Metrics, Gate: d.Gate}
 	if cfg.LLM.TranscriptionModel != "" {
 		tr, err := llm.NewTranscriber(cfg.LLM, nil)
 		if err != nil {
@@ -117,7 +118,7 @@ func newSlack(cfg Config, d channelDeps) (channels.Channel, error) {
 	}
 	a, err := slackch.New(*sc, slackch.Options{Conn: d.Conn, SubjectPrefix: d.Subjects.Prefix,
 		MaxTextBytes: cfg.Bus.MaxTextBytes, Inbox: d.root(), StorePath: filepath.Join(d.DataDir, "slack.db"), State: d.State.Channels, Seen: d.seen(compSlack),
-		OutRetention: cfg.Bus.OutRetentionOrDefault(), Log: d.Log, Status: d.status(compSlack), Metrics: d.Metrics})
+		OutRetention: cfg.Bus.OutRetentionOrDefault(), Log: d.Log, Status: d.status(compSlack), Metrics: d.Metrics, Gate: d.Gate})
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard"
+	"github.com/switchboard-chat/switchboard/access"
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/agent"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
@@ -43,6 +44,7 @@ type Config struct {
 	MCP             mcp.Config     `yaml:"mcp"`
 	Admin           admin.Config   `yaml:"admin"`
 	Channels        ChannelsConfig `yaml:"channels"`
+	Access          access.Config  `yaml:"access"`
 }
 
 // ChannelsConfig holds the built-in chat platform adapters (YAML section
@@ -68,6 +70,7 @@ func defaultConfig() Config {
 		Tools:           tools.DefaultConfig(),
 		MCP:             mcp.DefaultConfig(),
 		Admin:           admin.DefaultConfig(),
+		Access:          access.DefaultConfig(),
 		Channels:        ChannelsConfig{OpenAI: new(openaich.DefaultConfig()), Slack: new(slackch.DefaultConfig()), Telegram: new(telegram.DefaultConfig()), Web: new(webch.DefaultConfig())},
 	}
 }
@@ -130,7 +133,7 @@ func (c Config) Validate() error {
 	if c.ShutdownTimeout < time.Second || c.ShutdownTimeout > time.Hour {
 		errs = append(errs, fmt.Errorf("shutdown_timeout: must be between 1s and 1h, got %s", c.ShutdownTimeout))
 	}
-	errs = append(errs, c.Log.Validate(), c.Bus.Validate(), c.LLM.Validate(), c.Agent.Validate(), c.Memory.Validate(), c.Tools.Validate(), c.MCP.Validate(), c.Admin.Validate())
+	errs = append(errs, c.Log.Validate(), c.Bus.Validate(), c.LLM.Validate(), c.Agent.Validate(), c.Memory.Validate(), c.Tools.Validate(), c.MCP.Validate(), c.Admin.Validate(), c.Access.Validate())
 	if c.Channels.OpenAI != nil {
 		errs = append(errs, c.Channels.OpenAI.Validate())
 	}

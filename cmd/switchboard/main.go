@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/switchboard-chat/switchboard/access"
 	"github.com/switchboard-chat/switchboard/internal/buildinfo"
 	"github.com/switchboard-chat/switchboard/internal/cli"
 	"github.com/switchboard-chat/switchboard/internal/setup"
@@ -74,6 +75,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runStatus(ctx, args, stdout, stderr)
 	case "web":
 		err = runWeb(ctx, args, stdout, stderr)
+	case "pairing":
+		err = access.RunVerb(args, stdout, stderr, configFlag, func(p string) (access.Config, string, error) {
+			c, _, err := LoadConfig(p)
+			return c.Access, c.DataDir, err
+		})
 	case "version", "--version":
 		fmt.Fprintln(stdout, buildinfo.String("switchboard", version))
 		return 0

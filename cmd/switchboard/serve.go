@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/switchboard-chat/switchboard/access"
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/agent"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
@@ -176,6 +177,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	g.Go(func() error {
 		return memory.Pruner{Store: hist, Retention: cfg.Memory.RetentionPeriod(), Log: log}.Run(gctx)
 	})
+	gate := access.New(cfg.Access, cfg.DataDir, access.Options{Log: log}) // data_dir/access.db, read at each decision
 	mgr, err := agent.NewManager(cfg.Agent, agent.Options{
 		Subjects:        b.Subjects(),
 		MaxTextBytes:    cfg.Bus.MaxTextBytes,
@@ -188,7 +190,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		ReadFile:        ws.ReadText,
 		Heartbeat:       b.Heartbeat(), // a third of the consumers' AckWait
 	}, agent.Deps{Source: b, Publisher: b, Store: store, Model: reqlog.Model{Next: model, R: reqs}, Tools: built.Toolbox, Prompts: ws, Log: log,
-		Summarizer: summarizer(cfg.LLM, model), Observer: mx, Skills: built.Skills, Memory: mem})
+		Summarizer: summarizer(cfg.LLM, model), Observer: mx, Skills: built.Skills, Memory: mem, Pairing: gate})
 	if err != nil {
 		return err
 	}
@@ -202,7 +204,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return err
 	})
 	if err := startChannels(gctx, g, cfg, channelDeps{Conn: b.Conn(), Subjects: b.Subjects(), Workspace: ws,
-		DataDir: cfg.DataDir, Log: log, Status: adm.SetReady, Metrics: mx, State: state,
+		DataDir: cfg.DataDir, Log: log, Status: adm.SetReady, Metrics: mx, State: state, Gate: gate,
 		Dash: webch.Dashboard{Sessions: mgr.Sessions, Health: adm.NotReady, Gather: mx.Gatherer(), Requests: reqs.Requests, Config: webch.RedactConfig(cfg)}}, adm); err != nil {
 		return err
 	}

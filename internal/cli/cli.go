@@ -165,6 +165,36 @@ var Verbs = []Verb{
 		},
 	},
 	{
+		Name: "pairing", Summary: "approve, list or revoke users let in by a pairing code (access.dm_policy)",
+		Subs: []Verb{
+			{
+				Name: "approve", Args: "CODE", Summary: "let in the user who got CODE",
+				About: "Approves the pairing code an unknown user got from the bot in a direct chat\n" +
+					"(access.dm_policy pairing): the user is added to the approved list in\n" +
+					"data_dir/access.db and their next message goes through. Works with the daemon\n" +
+					"running (it reads the file at each message) or stopped. A code works once, for\n" +
+					"1 hour.",
+				Flags:    []Flag{configFlag},
+				Examples: []string{"switchboard pairing approve K7PQ2MXA", "switchboard pairing approve K7PQ2MXA --config /etc/switchboard/config.yaml"},
+			},
+			{
+				Name: "list", Summary: "show the pending requests and the approved users",
+				About: "Lists the users waiting for approval (their codes are not stored, only the\n" +
+					"codes' hashes) and the approved users of data_dir/access.db.",
+				Flags:    []Flag{configFlag},
+				Examples: []string{"switchboard pairing list"},
+			},
+			{
+				Name: "revoke", Args: "CHANNEL:USER_ID", Summary: "remove an approved user",
+				About: "Removes a user from the approved list; their next message in a direct chat\n" +
+					"gets a new pairing code (allow_users and access.owners are set in the\n" +
+					"configuration instead).",
+				Flags:    []Flag{configFlag},
+				Examples: []string{"switchboard pairing revoke telegram:123456789"},
+			},
+		},
+	},
+	{
 		Name: "demo", Summary: "a self-contained demo with a scripted model",
 		About: "Runs the daemon, a scripted model and the terminal chat in one process, on a\n" +
 			"throw-away folder. The model is a rule-based script, not a language model.",

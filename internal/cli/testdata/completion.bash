@@ -6,7 +6,7 @@ __switchboard_spec() {
     words="" flags="" valued="" files=""
     case $1 in
     "")
-        words="serve chat init doctor check bus history status web demo bench healthcheck completion version help" flags="--config --help --version" valued="config" files="config" ;;
+        words="serve chat init doctor check bus history status web pairing demo bench healthcheck completion version help" flags="--config --help --version" valued="config" files="config" ;;
     "serve")
         words="" flags="--config --help" valued="config" files="config" ;;
     "chat")
@@ -37,6 +37,14 @@ __switchboard_spec() {
         words="pair" flags="--help" valued="" files="" ;;
     "web pair")
         words="" flags="--config --user --help" valued="config user" files="config" ;;
+    "pairing")
+        words="approve list revoke" flags="--help" valued="" files="" ;;
+    "pairing approve")
+        words="" flags="--config --help" valued="config" files="config" ;;
+    "pairing list")
+        words="" flags="--config --help" valued="config" files="config" ;;
+    "pairing revoke")
+        words="" flags="--config --help" valued="config" files="config" ;;
     "demo")
         words="" flags="--keep -v --help" valued="" files="" ;;
     "bench")
@@ -48,7 +56,7 @@ __switchboard_spec() {
     "version")
         words="" flags="--help" valued="" files="" ;;
     "help")
-        words="serve chat init doctor check bus history status web demo bench healthcheck completion version help" flags="--help" valued="" files="" ;;
+        words="serve chat init doctor check bus history status web pairing demo bench healthcheck completion version help" flags="--help" valued="" files="" ;;
     esac
 }
 

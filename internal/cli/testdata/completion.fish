@@ -30,6 +30,12 @@ function __switchboard_valued
             printf '%s\n' config url
         case 'web pair'
             printf '%s\n' config user
+        case 'pairing approve'
+            printf '%s\n' config
+        case 'pairing list'
+            printf '%s\n' config
+        case 'pairing revoke'
+            printf '%s\n' config
         case 'bench'
             printf '%s\n' chats messages rate timeout tools model-latency model-url json compare
         case 'healthcheck'
@@ -77,6 +83,7 @@ complete -c switchboard -n '__switchboard_at \'\'' -a 'bus' -d 'the bus: live tr
 complete -c switchboard -n '__switchboard_at \'\'' -a 'history' -d 'list, export (JSON Lines), reset or compact stored history (daemon stopped)'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'status' -d 'list the instances on the bus and the partitions each owns'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'web' -d 'the web console (channels.web)'
+complete -c switchboard -n '__switchboard_at \'\'' -a 'pairing' -d 'approve, list or revoke users let in by a pairing code (access.dm_policy)'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'demo' -d 'a self-contained demo with a scripted model'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'bench' -d 'load a throw-away daemon (scripted model) and print turns/s, latency, memory'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'healthcheck' -d 'exit 0 when GET /healthz answers 200 (for containers)'
@@ -147,6 +154,16 @@ complete -c switchboard -n '__switchboard_at \'web\'' -l help
 complete -c switchboard -n '__switchboard_at \'web pair\'' -l config -r -F
 complete -c switchboard -n '__switchboard_at \'web pair\'' -l user -x
 complete -c switchboard -n '__switchboard_at \'web pair\'' -l help
+complete -c switchboard -n '__switchboard_at \'pairing\'' -a 'approve' -d 'let in the user who got CODE'
+complete -c switchboard -n '__switchboard_at \'pairing\'' -a 'list' -d 'show the pending requests and the approved users'
+complete -c switchboard -n '__switchboard_at \'pairing\'' -a 'revoke' -d 'remove an approved user'
+complete -c switchboard -n '__switchboard_at \'pairing\'' -l help
+complete -c switchboard -n '__switchboard_at \'pairing approve\'' -l config -r -F
+complete -c switchboard -n '__switchboard_at \'pairing approve\'' -l help
+complete -c switchboard -n '__switchboard_at \'pairing list\'' -l config -r -F
+complete -c switchboard -n '__switchboard_at \'pairing list\'' -l help
+complete -c switchboard -n '__switchboard_at \'pairing revoke\'' -l config -r -F
+complete -c switchboard -n '__switchboard_at \'pairing revoke\'' -l help
 complete -c switchboard -n '__switchboard_at \'demo\'' -l keep
 complete -c switchboard -n '__switchboard_at \'demo\'' -o v
 complete -c switchboard -n '__switchboard_at \'demo\'' -l help
@@ -178,6 +195,7 @@ complete -c switchboard -n '__switchboard_at \'help\'' -a 'bus' -d 'the bus: liv
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'history' -d 'list, export (JSON Lines), reset or compact stored history (daemon stopped)'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'status' -d 'list the instances on the bus and the partitions each owns'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'web' -d 'the web console (channels.web)'
+complete -c switchboard -n '__switchboard_at \'help\'' -a 'pairing' -d 'approve, list or revoke users let in by a pairing code (access.dm_policy)'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'demo' -d 'a self-contained demo with a scripted model'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'bench' -d 'load a throw-away daemon (scripted model) and print turns/s, latency, memory'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'healthcheck' -d 'exit 0 when GET /healthz answers 200 (for containers)'

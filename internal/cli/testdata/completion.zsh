@@ -7,7 +7,7 @@ __switchboard_spec() {
   words_=() flags_=() valued_=() files_=()
   case $1 in
   ("")
-    words_=('serve:run the daemon (the default verb; ./config.yaml when it exists, else the built-in defaults)' 'chat:chat with a running daemon over the bus' 'init:write a minimal config.yaml\: asks, and checks each answer' 'doctor:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'check:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'bus:the bus\: live traffic, nats CLI context' 'history:list, export (JSON Lines), reset or compact stored history (daemon stopped)' 'status:list the instances on the bus and the partitions each owns' 'web:the web console (channels.web)' 'demo:a self-contained demo with a scripted model' 'bench:load a throw-away daemon (scripted model) and print turns/s, latency, memory' 'healthcheck:exit 0 when GET /healthz answers 200 (for containers)' 'completion:print a shell completion script' 'version:print the version' 'help:list the verbs, or show one verb'\''s help')
+    words_=('serve:run the daemon (the default verb; ./config.yaml when it exists, else the built-in defaults)' 'chat:chat with a running daemon over the bus' 'init:write a minimal config.yaml\: asks, and checks each answer' 'doctor:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'check:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'bus:the bus\: live traffic, nats CLI context' 'history:list, export (JSON Lines), reset or compact stored history (daemon stopped)' 'status:list the instances on the bus and the partitions each owns' 'web:the web console (channels.web)' 'pairing:approve, list or revoke users let in by a pairing code (access.dm_policy)' 'demo:a self-contained demo with a scripted model' 'bench:load a throw-away daemon (scripted model) and print turns/s, latency, memory' 'healthcheck:exit 0 when GET /healthz answers 200 (for containers)' 'completion:print a shell completion script' 'version:print the version' 'help:list the verbs, or show one verb'\''s help')
     flags_=(--config --help --version) valued_=(config) files_=(config) ;;
   ("serve")
     words_=()
@@ -54,6 +54,18 @@ __switchboard_spec() {
   ("web pair")
     words_=()
     flags_=(--config --user --help) valued_=(config user) files_=(config) ;;
+  ("pairing")
+    words_=('approve:let in the user who got CODE' 'list:show the pending requests and the approved users' 'revoke:remove an approved user')
+    flags_=(--help) valued_=() files_=() ;;
+  ("pairing approve")
+    words_=()
+    flags_=(--config --help) valued_=(config) files_=(config) ;;
+  ("pairing list")
+    words_=()
+    flags_=(--config --help) valued_=(config) files_=(config) ;;
+  ("pairing revoke")
+    words_=()
+    flags_=(--config --help) valued_=(config) files_=(config) ;;
   ("demo")
     words_=()
     flags_=(--keep -v --help) valued_=() files_=() ;;
@@ -70,7 +82,7 @@ __switchboard_spec() {
     words_=()
     flags_=(--help) valued_=() files_=() ;;
   ("help")
-    words_=('serve:run the daemon (the default verb; ./config.yaml when it exists, else the built-in defaults)' 'chat:chat with a running daemon over the bus' 'init:write a minimal config.yaml\: asks, and checks each answer' 'doctor:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'check:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'bus:the bus\: live traffic, nats CLI context' 'history:list, export (JSON Lines), reset or compact stored history (daemon stopped)' 'status:list the instances on the bus and the partitions each owns' 'web:the web console (channels.web)' 'demo:a self-contained demo with a scripted model' 'bench:load a throw-away daemon (scripted model) and print turns/s, latency, memory' 'healthcheck:exit 0 when GET /healthz answers 200 (for containers)' 'completion:print a shell completion script' 'version:print the version' 'help:list the verbs, or show one verb'\''s help')
+    words_=('serve:run the daemon (the default verb; ./config.yaml when it exists, else the built-in defaults)' 'chat:chat with a running daemon over the bus' 'init:write a minimal config.yaml\: asks, and checks each answer' 'doctor:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'check:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'bus:the bus\: live traffic, nats CLI context' 'history:list, export (JSON Lines), reset or compact stored history (daemon stopped)' 'status:list the instances on the bus and the partitions each owns' 'web:the web console (channels.web)' 'pairing:approve, list or revoke users let in by a pairing code (access.dm_policy)' 'demo:a self-contained demo with a scripted model' 'bench:load a throw-away daemon (scripted model) and print turns/s, latency, memory' 'healthcheck:exit 0 when GET /healthz answers 200 (for containers)' 'completion:print a shell completion script' 'version:print the version' 'help:list the verbs, or show one verb'\''s help')
     flags_=(--help) valued_=() files_=() ;;
   esac
 }

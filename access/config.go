@@ -1,0 +1,119 @@
+// Package access decides who may talk to the bot in a direct chat beyond a
+// channel's own allow_users list, and lets an owner admit a new user by a
+// pairing code instead of copying ids into the configuration (issue 20).
+//
+// Contract:
+//
+//   - Config is the "access" section: access.dm_policy.<channel> is
+//     pairing, allowlist or open; access.owners lists the users who may
+//     approve codes, as <channel>:<user_id>. Telegram and Slack default to
+//     pairing; every other channel (console, web, openai, the bus bridges)
+//     is open, because it authenticates its own users; Validate refuses a
+//     policy other than open for them, since nothing would enforce it.
+//   - The gate sits in the Telegram and Slack adapters, where allow_users
+//     already sits: a message of a user not on allow_users asks
+//     [Store.Check] before it is published. A refused message never reaches
+//     the bus, so no turn, history or memory sees it. In groups Check only
+//     admits approved users and owners; the group's own rules (triggers,
+//     allow_users) are unchanged.
+//   - Under pairing, an unknown user in a direct chat gets one message with
+//     an 8-character code (alphabet [Alphabet], valid [CodeTTL]). Rate
+//     limits: one new code per user per [UserEvery] (messages in between
+//     get no answer), at most [MaxPending] codes pending at once (beyond,
+//     one "try later" note per user per UserEvery). The sha256 of every code
+//     ever issued is kept, so a code is never issued twice.
+//   - State is data_dir/access.db (bbolt), opened for each operation and
+//     closed right after: the daemon reads it at each decision, so an
+//     approval or a revocation by `switchboard pairing` in another process
+//     applies to the user's next message without a restart, and the verb
+//     works with the daemon stopped as well as running (bbolt's file lock
+//     orders the two processes).
+//   - Approve (the verb, or /pair approve in a chat of an owner) moves the
+//     user to the approved list; Revoke removes them, and their next message
+//     gets a new code.
+package access
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// Policy is a channel's rule for direct chats with users not on its
+// allow list.
+type Policy string
+
+// The policies.
+const (
+	Pairing   Policy = "pairing"   // an unknown user gets a code the owner approves
+	Allowlist Policy = "allowlist" // an unknown user is refused, as allow_users alone does
+	Open      Policy = "open"      // everyone may talk
+)
+
+// Gated are the channels whose adapters ask the gate; every other channel
+// authenticates its own users (web and openai logins, bus bridge
+// credentials, the console's operator) and can only be open.
+var Gated = []string{"slack", "telegram"}
+
+// Config is the "access" section of the configuration.
+type Config struct {
+	// DMPolicy is the policy per channel name; a channel not listed gets
+	// its default (pairing for Telegram and Slack, open for the others).
+	DMPolicy map[string]Policy `yaml:"dm_policy"`
+	// Owners are the users who may approve pairing codes from a chat
+	// (/pair approve CODE), as <channel>:<user_id>. They are admitted on
+	// their channel without being on its allow list.
+	Owners []string `yaml:"owners"`
+}
+
+// DefaultConfig returns the documented defaults: no policy overridden, no
+// owner.
+func DefaultConfig() Config { return Config{} }
+
+// Policy returns channel's policy.
+func (c Config) Policy(channel string) Policy {
+	if p, ok := c.DMPolicy[channel]; ok {
+		return p
+	}
+	if slices.Contains(Gated, channel) {
+		return Pairing
+	}
+	return Open
+}
+
+// Owner reports whether channel:user is in owners.
+func (c Config) Owner(channel, user string) bool {
+	return user != "" && slices.Contains(c.Owners, channel+":"+user)
+}
+
+// Validate reports every problem, each naming its key.
+func (c Config) Validate() error {
+	var errs []error
+	for _, ch := range slices.Sorted(maps.Keys(c.DMPolicy)) {
+		p := c.DMPolicy[ch]
+		switch {
+		case p != Pairing && p != Allowlist && p != Open:
+			errs = append(errs, fmt.Errorf("access.dm_policy.%s: must be pairing, allowlist or open, got %q", ch, p))
+		case p != Open && !slices.Contains(Gated, ch):
+			errs = append(errs, fmt.Errorf("access.dm_policy.%s: only %s have a pairing gate; %s authenticates its own users and can only be open, got %q",
+				ch, strings.Join(Gated, " and "), ch, p))
+		}
+	}
+	for i, o := range c.Owners {
+		if _, err := ParseUser(o); err != nil {
+			errs = append(errs, fmt.Errorf("access.owners[%d]: %w", i, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ParseUser splits "<channel>:<user_id>".
+func ParseUser(s string) ([2]string, error) {
+	ch, user, ok := strings.Cut(s, ":")
+	if !ok || ch == "" || user == "" || strings.ContainsAny(s, " \t\n") {
+		return [2]string{}, fmt.Errorf("want <channel>:<user_id> such as telegram:123456789, got %q", s)
+	}
+	return [2]string{ch, user}, nil
+}
