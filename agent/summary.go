@@ -102,9 +102,19 @@ func (m *Manager) summaries(ctx context.Context) {
 	}
 }
 
+// summarizes reports whether any agent has a Summarizer.
+func (m *Manager) summarizes() bool {
+	for _, env := range m.agents {
+		if env.deps.Summarizer != nil {
+			return true
+		}
+	}
+	return false
+}
+
 func (m *Manager) runSummary(ctx context.Context, j summaryJob) {
 	sctx, cancel := context.WithTimeout(ctx, summaryTimeout)
-	sum, err := m.env.deps.Summarizer.Summarize(sctx, j.s.key, j.previous, j.dropped)
+	sum, err := j.s.env.deps.Summarizer.Summarize(sctx, j.s.key, j.previous, j.dropped)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, context.Canceled) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/agent"
+	"github.com/switchboard-chat/switchboard/agent/profiles"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
 	webch "github.com/switchboard-chat/switchboard/channels/web"
 	"github.com/switchboard-chat/switchboard/internal/kvstate"
@@ -87,6 +88,12 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	}()
 	defer cancel() // runs first: an early return stops what was started
 
+	set, err := cfg.Profiles() // main is the top-level sections with agents.main on top
+	if err != nil {
+		return err
+	}
+	top, _ := set.Agent(profiles.Main)
+	cfg.LLM, cfg.Agent, cfg.Tools = top.LLM, top.Agent, top.Tools
 	ws, err := workspace.Open(cfg.Agent.Workspace, log)
 	if err != nil {
 		return fmt.Errorf("workspace: %w", err)
@@ -161,6 +168,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return err
 	}
 	adm.Handle("GET /mcp", built.MCP)
+	others, err := profiles.Open(set, profiles.Shared{Memory: cfg.Memory, MCP: cfg.MCP, SubjectPrefix: cfg.Bus.SubjectPrefix, Version: version, Bus: b, Metrics: mx, Requests: reqs, Log: log})
+	if err != nil {
+		return err
+	}
+	defer others.Close()
 	// The tools (MCP servers, scheduler, tools.db) stop only after the
 	// manager finished its last turns.
 	toolsCtx, stopTools := context.WithCancel(context.WithoutCancel(ctx))
@@ -173,6 +185,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	}()
 	g.Go(func() error { return built.Run(toolsCtx) })
 	g.Go(func() error { return mem.Run(toolsCtx) })
+	g.Go(func() error { return others.Run(toolsCtx) })
 	g.Go(func() error {
 		return memory.Pruner{Store: hist, Retention: cfg.Memory.RetentionPeriod(), Log: log}.Run(gctx)
 	})
@@ -188,7 +201,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		ReadFile:        ws.ReadText,
 		Heartbeat:       b.Heartbeat(), // a third of the consumers' AckWait
 	}, agent.Deps{Source: b, Publisher: b, Store: store, Model: reqlog.Model{Next: model, R: reqs}, Tools: built.Toolbox, Prompts: ws, Log: log,
-		Summarizer: summarizer(cfg.LLM, model), Observer: mx, Skills: built.Skills, Memory: mem})
+		Summarizer: summarizer(cfg.LLM, model), Observer: mx, Skills: built.Skills, Memory: mem, Agents: agent.Agents{Profiles: others.Profiles, Resolve: set.Resolver()}})
 	if err != nil {
 		return err
 	}
