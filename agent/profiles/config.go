@@ -131,12 +131,18 @@ func (b Binding) String() string {
 	return "{" + strings.Join(parts, ", ") + "}"
 }
 
-// quote quotes a value YAML would not read back as the same string.
+var bareWord = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]*$`)
+
+// quote quotes a value unless YAML reads it back bare as the same string.
 func quote(s string) string {
-	if strings.ContainsAny(s, "*?[]{}:,#&!|>'\"%@` ") {
+	switch strings.ToLower(s) {
+	case "true", "false", "yes", "no", "on", "off", "null", "y", "n":
 		return fmt.Sprintf("%q", s)
 	}
-	return s
+	if bareWord.MatchString(s) {
+		return s
+	}
+	return fmt.Sprintf("%q", s)
 }
 
 // Set is the agents and bindings of one configuration. The zero Set has
@@ -161,6 +167,12 @@ func (s Set) Which(sp bus.Speaker) (name string, binding int) {
 // Resolver returns Which's agent name, for agent.Agents.Resolve.
 func (s Set) Resolver() func(bus.Speaker) string {
 	return func(sp bus.Speaker) string { name, _ := s.Which(sp); return name }
+}
+
+// Main returns the agent main (the zero Spec in the zero Set).
+func (s Set) Main() Spec {
+	a, _ := s.Agent(Main)
+	return a
 }
 
 // Agent returns the agent named name.

@@ -187,7 +187,7 @@ bindings:
 			t.Errorf("Resolver(%+v) = %s, want %s", tt.sp, got, tt.agent)
 		}
 	}
-	if got := set.Bindings[1].String(); got != `{agent: code, channel: telegram, user_id: 7, is_group: false}` {
+	if got := set.Bindings[1].String(); got != `{agent: code, channel: telegram, user_id: "7", is_group: false}` {
 		t.Errorf("String = %s", got)
 	}
 }

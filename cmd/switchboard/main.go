@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/switchboard-chat/switchboard/agent/profiles"
 	"github.com/switchboard-chat/switchboard/internal/buildinfo"
 	"github.com/switchboard-chat/switchboard/internal/cli"
 	"github.com/switchboard-chat/switchboard/internal/setup"
@@ -74,6 +75,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runStatus(ctx, args, stdout, stderr)
 	case "web":
 		err = runWeb(ctx, args, stdout, stderr)
+	case "agents":
+		err = profiles.RunVerb(args, stdout, stderr, LoadConfig)
 	case "version", "--version":
 		fmt.Fprintln(stdout, buildinfo.String("switchboard", version))
 		return 0

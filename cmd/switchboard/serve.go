@@ -92,8 +92,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	if err != nil {
 		return err
 	}
-	top, _ := set.Agent(profiles.Main)
-	cfg.LLM, cfg.Agent, cfg.Tools = top.LLM, top.Agent, top.Tools
+	cfg.LLM, cfg.Agent, cfg.Tools = set.Main().LLM, set.Main().Agent, set.Main().Tools
 	ws, err := workspace.Open(cfg.Agent.Workspace, log)
 	if err != nil {
 		return fmt.Errorf("workspace: %w", err)
