@@ -60,8 +60,9 @@ type Observer interface {
 	Inbound(channel, outcome string)
 	// Outbound counts a final outbound message of a kind.
 	Outbound(channel, kind string)
-	// TurnDone: firstDelta is zero when nothing was streamed.
-	TurnDone(stopReason string, firstDelta, total time.Duration)
+	// TurnDone: agent is the agent's name (MainAgent unless bindings
+	// chose another); firstDelta is zero when nothing was streamed.
+	TurnDone(agent, stopReason string, firstDelta, total time.Duration)
 	// ToolDone: outcome is ok, error or denied.
 	ToolDone(tool, outcome string, d time.Duration)
 	// Rollback: reason is markup, unknown_tool or duplicate.
@@ -83,15 +84,15 @@ type Observer interface {
 // nopObserver is the Observer used when none is configured.
 type nopObserver struct{}
 
-func (nopObserver) Inbound(string, string)                        {}
-func (nopObserver) Outbound(string, string)                       {}
-func (nopObserver) TurnDone(string, time.Duration, time.Duration) {}
-func (nopObserver) ToolDone(string, string, time.Duration)        {}
-func (nopObserver) Rollback(string)                               {}
-func (nopObserver) BreakerTrip(string)                            {}
-func (nopObserver) Redelivered(string)                            {}
-func (nopObserver) DuplicateSuppressed(string)                    {}
-func (nopObserver) Collected(string, int)                         {}
+func (nopObserver) Inbound(string, string)                                {}
+func (nopObserver) Outbound(string, string)                               {}
+func (nopObserver) TurnDone(string, string, time.Duration, time.Duration) {}
+func (nopObserver) ToolDone(string, string, time.Duration)                {}
+func (nopObserver) Rollback(string)                                       {}
+func (nopObserver) BreakerTrip(string)                                    {}
+func (nopObserver) Redelivered(string)                                    {}
+func (nopObserver) DuplicateSuppressed(string)                            {}
+func (nopObserver) Collected(string, int)                                 {}
 
 // Memory is scoped long-term memory (memory/notes in main): one user's
 // private memory never reaches another user's turn. Safe for concurrent

@@ -15,8 +15,9 @@
 // (agents.main may override them); a configuration without agents is one
 // agent, main, exactly as before. Each agent's workspace must be its own:
 // two agents sharing a folder would share memory, so that is refused.
-// agent.max_concurrent_turns and agent.partitions are daemon-wide and
-// cannot be set per agent; the workspace is agents.<name>.workspace.
+// agent.max_concurrent_turns, agent.partitions and agent.session_idle are
+// daemon-wide and cannot be set per agent; the workspace is
+// agents.<name>.workspace.
 //
 // bindings is an ordered list of matchers {agent, channel, chat_id,
 // thread_id, user_id, is_group}; each field is optional (left out or empty
@@ -250,6 +251,9 @@ func decodeSpec(d Defaults, name string, node config.Node, inherited map[string]
 	}
 	if spec.Agent.Partitions != d.Agent.Partitions {
 		errs = append(errs, fmt.Errorf("%s.agent.partitions: daemon-wide, set it in agent.partitions", key))
+	}
+	if spec.Agent.SessionIdle != d.Agent.SessionIdle {
+		errs = append(errs, fmt.Errorf("%s.agent.session_idle: daemon-wide, set it in agent.session_idle", key))
 	}
 	if spec.Workspace == "" {
 		errs = append(errs, fmt.Errorf("%s.workspace: must not be empty", key))

@@ -102,7 +102,7 @@ agent: {workspace: /ws}
 agents:
   work:
     llm: {modle: x, max_tokens: 0}
-    agent: {max_steps: 0, partitions: 4, workspace: /elsewhere}
+    agent: {max_steps: 0, partitions: 4, session_idle: 1h, workspace: /elsewhere}
     heartbeat: {every: 30m}
   Bad.Name: {}
   twin:
@@ -122,6 +122,7 @@ bindings:
 		"agents.Bad.Name: the name must match ^[a-z0-9_-]{1,32}$",
 		"agents.work.agent.workspace: set agents.work.workspace instead",
 		"agents.work.agent.partitions: daemon-wide, set it in agent.partitions",
+		"agents.work.agent.session_idle: daemon-wide, set it in agent.session_idle",
 		"agents.work.llm.max_tokens: must be at least 1, got 0",
 		"agents.work.agent.max_steps: must be between 1 and 1000, got 0",
 		"agents.twin.workspace: /ws is agent main's workspace too; each agent needs its own (they would share memory)",

@@ -140,6 +140,12 @@ func TestE2EAgentsBoundByChannelAndChat(t *testing.T) {
 		}
 	}
 
+	metrics := scrape(t, d)
+	for _, m := range []string{`switchboard_turns_total{agent="work",stop_reason="completed"}`, `switchboard_turns_total{agent="main",stop_reason="completed"}`} {
+		if metricValue(metrics, m) < 2 {
+			t.Errorf("%s below 2:\n%s", m, grepLines(metrics, "turns_total"))
+		}
+	}
 	ev := events.WaitFor(t, wait, func(m *nats.Msg) bool { return true })
 	var e bus.Event
 	if err := json.Unmarshal(ev.Data, &e); err != nil || e.Agent != "work" {

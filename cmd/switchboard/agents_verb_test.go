@@ -1,9 +1,13 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // TestAgentsVerbGolden: `switchboard agents` lists the agents and the
@@ -40,5 +44,46 @@ func TestAgentsWhich(t *testing.T) {
 	}
 	if code, _, errOut := runOut(t, "agents", "whom", "--config", cfg); code != 2 || !strings.Contains(errOut, `unknown subcommand "whom"`) {
 		t.Errorf("unknown subcommand: exit %d, %q", code, errOut)
+	}
+}
+
+// TestAgentsDocExample: the worked example of docs/agents.md is a valid
+// configuration and the output shown there is what the verbs print.
+func TestAgentsDocExample(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "agents.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```(yaml)?\n(.*?)```").FindAllStringSubmatch(string(doc), -1)
+	var yaml, shell string
+	for _, b := range blocks {
+		switch {
+		case b[1] == "yaml" && yaml == "":
+			yaml = b[2]
+		case strings.HasPrefix(b[2], "$ switchboard agents"):
+			shell = b[2]
+		}
+	}
+	if yaml == "" || shell == "" {
+		t.Fatal("docs/agents.md: no yaml block or no $ switchboard agents block")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	var got strings.Builder
+	for _, cmd := range regexp.MustCompile(`(?m)^\$ switchboard (.*)$`).FindAllStringSubmatch(shell, -1) {
+		code, out, errOut := runOut(t, strings.Fields(cmd[1])...)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", cmd[0], code, errOut)
+		}
+		if got.Len() > 0 {
+			got.WriteString("\n")
+		}
+		got.WriteString(cmd[0] + "\n" + out)
+	}
+	if diff := cmp.Diff(shell, got.String()); diff != "" {
+		t.Errorf("docs/agents.md shows other output than the verbs print (-doc +got):\n%s", diff)
 	}
 }
