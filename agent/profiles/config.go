@@ -29,7 +29,7 @@
 //
 // [Open] builds one agent.Profile per agent beside main (its workspace,
 // long-term memory and tool set, in data_dir/agents/<name>/; main keeps the
-// daemon's own paths, so an upgrade loses nothing), and [Set.Resolver] is
+// daemon's own paths, so an upgrade loses nothing), and [Router.Resolve] is
 // the agent.Agents.Resolve that the manager calls once per new session.
 package profiles
 
@@ -41,6 +41,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/switchboard-chat/switchboard/agent"
 	"github.com/switchboard-chat/switchboard/bus"
@@ -165,9 +166,26 @@ func (s Set) Which(sp bus.Speaker) (name string, binding int) {
 	return Main, -1
 }
 
-// Resolver returns Which's agent name, for agent.Agents.Resolve.
-func (s Set) Resolver() func(bus.Speaker) string {
-	return func(sp bus.Speaker) string { name, _ := s.Which(sp); return name }
+// Router picks new sessions' agents from a set that can be swapped while
+// sessions run (a configuration reload): each Resolve reads the set in
+// force at the call, and running sessions keep the agent they have. Safe
+// for concurrent use.
+type Router struct{ set atomic.Pointer[Set] }
+
+// NewRouter returns a router of set.
+func NewRouter(set Set) *Router {
+	r := &Router{}
+	r.Swap(set)
+	return r
+}
+
+// Swap puts set in force for the sessions created from now on.
+func (r *Router) Swap(set Set) { r.set.Store(&set) }
+
+// Resolve is Which's agent name in the set in force (agent.Agents.Resolve).
+func (r *Router) Resolve(sp bus.Speaker) string {
+	name, _ := r.set.Load().Which(sp)
+	return name
 }
 
 // Main returns the agent main (the zero Spec in the zero Set).

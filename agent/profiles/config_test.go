@@ -184,11 +184,47 @@ bindings:
 		if name != tt.agent || i != tt.binding {
 			t.Errorf("Which(%+v) = %s, %d; want %s, %d", tt.sp, name, i, tt.agent, tt.binding)
 		}
-		if got := set.Resolver()(tt.sp); got != tt.agent {
+		if got := NewRouter(set).Resolve(tt.sp); got != tt.agent {
 			t.Errorf("Resolver(%+v) = %s, want %s", tt.sp, got, tt.agent)
 		}
 	}
 	if got := set.Bindings[1].String(); got != `{agent: code, channel: telegram, user_id: "7", is_group: false}` {
 		t.Errorf("String = %s", got)
+	}
+}
+
+// TestRouterSwap: a swapped set applies to the next Resolve, and Swap and
+// Resolve may run at once (go test -race).
+func TestRouterSwap(t *testing.T) {
+	work, err := build(t, "agents: {work: {}}\nbindings: [{agent: work, channel: slack}]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, err := build(t, "agents: {work: {}}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRouter(work)
+	sp := bus.Speaker{Channel: "slack", ChatID: "C1", UserID: "U1"}
+	if got := r.Resolve(sp); got != "work" {
+		t.Fatalf("Resolve = %s, want work", got)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 100 {
+			r.Swap(none)
+			r.Swap(work)
+		}
+	}()
+	for range 100 {
+		if got := r.Resolve(sp); got != "work" && got != Main {
+			t.Fatalf("Resolve = %s during swaps", got)
+		}
+	}
+	<-done
+	r.Swap(none)
+	if got := r.Resolve(sp); got != Main {
+		t.Errorf("after Swap: Resolve = %s, want main", got)
 	}
 }

@@ -200,7 +200,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		ReadFile:        ws.ReadText,
 		Heartbeat:       b.Heartbeat(), // a third of the consumers' AckWait
 	}, agent.Deps{Source: b, Publisher: b, Store: store, Model: reqlog.Model{Next: model, R: reqs}, Tools: built.Toolbox, Prompts: ws, Log: log,
-		Summarizer: summarizer(cfg.LLM, model), Observer: mx, Skills: built.Skills, Memory: mem, Agents: agent.Agents{Profiles: others.Profiles, Resolve: set.Resolver()}})
+		Summarizer: summarizer(cfg.LLM, model), Observer: mx, Skills: built.Skills, Memory: mem, Agents: agent.Agents{Profiles: others.Profiles, Resolve: profiles.NewRouter(set).Resolve}})
 	if err != nil {
 		return err
 	}
