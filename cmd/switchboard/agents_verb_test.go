@@ -87,3 +87,27 @@ func TestAgentsDocExample(t *testing.T) {
 		t.Errorf("docs/agents.md shows other output than the verbs print (-doc +got):\n%s", diff)
 	}
 }
+
+// TestAgentsConfigErrors: problems of agents and bindings are reported
+// with the other problems of the file, each naming its full key path.
+func TestAgentsConfigErrors(t *testing.T) {
+	_, err := ParseConfig([]byte(`
+agents:
+  work:
+    llm: {modle: x}
+    workspace: ./data/workspace
+bindings:
+  - {agent: wrok, channel: slack}
+log: {level: loud}
+`), nil)
+	for _, want := range []string{
+		"agents.work.llm.modle (line 4): unknown key (did you mean model?)",
+		"log.level",
+		"agents.work.workspace: ./data/workspace is agent main's workspace too",
+		`bindings[0].agent: no agent "wrok" (agents: main, work)`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v\nwant it to hold %q", err, want)
+		}
+	}
+}
