@@ -13,7 +13,7 @@ import (
 // TestAgentsVerbGolden: `switchboard agents` lists the agents and the
 // bindings of a configuration, offline.
 func TestAgentsVerbGolden(t *testing.T) {
-	cfg := filepath.Join("testdata", "agents.yaml")
+	cfg := filepath.Join("testdata", "agents", "config.yaml")
 	code, out, errOut := runOut(t, "agents", "--config", cfg)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -24,7 +24,7 @@ func TestAgentsVerbGolden(t *testing.T) {
 // TestAgentsWhich: `agents which` names the agent a new session gets and
 // the binding that matched, with --config before or after the subcommand.
 func TestAgentsWhich(t *testing.T) {
-	cfg := filepath.Join("testdata", "agents.yaml")
+	cfg := filepath.Join("testdata", "agents", "config.yaml")
 	var got strings.Builder
 	for _, args := range [][]string{
 		{"agents", "which", "--channel", "telegram", "--chat", "-100123456", "--user", "9", "--group", "--config", cfg},
