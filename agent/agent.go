@@ -7,6 +7,12 @@
 // model loop of one turn is package agent/loop; a session runs it with the
 // fitted history and turns its result into outbound messages.
 //
+// One manager runs every agent of the daemon (Deps.Agents): each session
+// is answered by one agent, chosen when the session is created and kept
+// for its life, and looks up its prompt files, model, tools, memory,
+// skills and limits through it; the bus, the store, the turn slots and
+// the delivery are shared.
+//
 // The runtime knows nothing about Telegram or Slack: it consumes inbound
 // envelopes from the bus and publishes outbound ones (DESIGN.md §3–6). Its
 // dependencies are the small interfaces below, satisfied in main by

@@ -1,6 +1,7 @@
 package profiles
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -142,17 +143,7 @@ bindings:
 	}
 }
 
-func sorted(s []string) []string {
-	out := append([]string(nil), s...)
-	for i := range out {
-		for j := i + 1; j < len(out); j++ {
-			if out[j] < out[i] {
-				out[i], out[j] = out[j], out[i]
-			}
-		}
-	}
-	return out
-}
+func sorted(s []string) []string { return slices.Sorted(slices.Values(s)) }
 
 // TestBindingsFirstMatchAndGlobs: bindings are tried in order, each field
 // a glob, left-out fields matching anything; no match is main.
