@@ -7,6 +7,12 @@
 // model loop of one turn is package agent/loop; a session runs it with the
 // fitted history and turns its result into outbound messages.
 //
+// One manager runs every agent of the daemon (Deps.Agents): each session
+// is answered by one agent, chosen when the session is created and kept
+// for its life, and looks up its prompt files, model, tools, memory,
+// skills and limits through it; the bus, the store, the turn slots and
+// the delivery are shared.
+//
 // The runtime knows nothing about Telegram or Slack: it consumes inbound
 // envelopes from the bus and publishes outbound ones (DESIGN.md §3–6). Its
 // dependencies are the small interfaces below, satisfied in main by
@@ -60,8 +66,9 @@ type Observer interface {
 	Inbound(channel, outcome string)
 	// Outbound counts a final outbound message of a kind.
 	Outbound(channel, kind string)
-	// TurnDone: firstDelta is zero when nothing was streamed.
-	TurnDone(stopReason string, firstDelta, total time.Duration)
+	// TurnDone: agent is the agent's name (MainAgent unless bindings
+	// chose another); firstDelta is zero when nothing was streamed.
+	TurnDone(agent, stopReason string, firstDelta, total time.Duration)
 	// ToolDone: outcome is ok, error or denied.
 	ToolDone(tool, outcome string, d time.Duration)
 	// Rollback: reason is markup, unknown_tool or duplicate.
@@ -83,15 +90,15 @@ type Observer interface {
 // nopObserver is the Observer used when none is configured.
 type nopObserver struct{}
 
-func (nopObserver) Inbound(string, string)                        {}
-func (nopObserver) Outbound(string, string)                       {}
-func (nopObserver) TurnDone(string, time.Duration, time.Duration) {}
-func (nopObserver) ToolDone(string, string, time.Duration)        {}
-func (nopObserver) Rollback(string)                               {}
-func (nopObserver) BreakerTrip(string)                            {}
-func (nopObserver) Redelivered(string)                            {}
-func (nopObserver) DuplicateSuppressed(string)                    {}
-func (nopObserver) Collected(string, int)                         {}
+func (nopObserver) Inbound(string, string)                                {}
+func (nopObserver) Outbound(string, string)                               {}
+func (nopObserver) TurnDone(string, string, time.Duration, time.Duration) {}
+func (nopObserver) ToolDone(string, string, time.Duration)                {}
+func (nopObserver) Rollback(string)                                       {}
+func (nopObserver) BreakerTrip(string)                                    {}
+func (nopObserver) Redelivered(string)                                    {}
+func (nopObserver) DuplicateSuppressed(string)                            {}
+func (nopObserver) Collected(string, int)                                 {}
 
 // Memory is scoped long-term memory (memory/notes in main): one user's
 // private memory never reaches another user's turn. Safe for concurrent

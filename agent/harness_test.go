@@ -74,6 +74,7 @@ type harnessConfig struct {
 	publisher Publisher
 	bus       *agenttest.Bus
 	observer  Observer
+	agents    Agents
 }
 
 func newHarness(t *testing.T, mods ...func(*harnessConfig)) *harness {
@@ -116,7 +117,7 @@ func newHarness(t *testing.T, mods ...func(*harnessConfig)) *harness {
 	}
 	hc.opt.Subjects = h.bus.Subjects()
 	mgr, err := NewManager(hc.cfg, hc.opt, Deps{Source: h.bus, Publisher: pub, Store: store, Model: client,
-		Tools: tb, Prompts: hc.prompts, Summarizer: hc.summarizer, Memory: hc.memory, Observer: hc.observer})
+		Tools: tb, Prompts: hc.prompts, Summarizer: hc.summarizer, Memory: hc.memory, Observer: hc.observer, Agents: hc.agents})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,6 +63,9 @@ type Deps struct {
 	Memory Memory
 	// Pairing, when set, answers /pair approve CODE from an owner.
 	Pairing Pairing
+	// Agents are the agents beside main (built from the fields above and
+	// NewManager's Config and Options) and how a new session picks one.
+	Agents Agents
 }
 
 // SkillsSection renders the prompt's list of skills (name, description,
@@ -128,6 +131,9 @@ type Manager struct {
 	sessions map[string]*session
 	peak     int // most sessions the map held since it was last rebuilt (shrink)
 
+	agents  map[string]*sessionEnv // every agent's environment by name, main's (env) included
+	resolve func(bus.Speaker) string
+
 	wg          sync.WaitGroup // heartbeat, sweep, summaries, command goroutines
 	sessWG      sync.WaitGroup // session goroutines
 	summaryJobs chan summaryJob
@@ -137,6 +143,7 @@ type Manager struct {
 // collaborators, the courier that delivers answers and the turn counters.
 // The settings and collaborators never change after NewManager.
 type sessionEnv struct {
+	agent   string // the agent's name
 	cfg     Config
 	opt     Options
 	deps    Deps
@@ -170,12 +177,18 @@ func NewManager(cfg Config, opt Options, deps Deps) (*Manager, error) {
 		deps.Observer = nopObserver{}
 	}
 	mlog := log.With("component", "agent")
-	env := &sessionEnv{cfg: cfg, opt: opt, deps: deps, log: mlog,
+	env := &sessionEnv{agent: MainAgent, cfg: cfg, opt: opt, deps: deps, log: mlog,
 		exec:    loop.New(deps.Model, deps.Tools, loopOptions(cfg, opt, deps.Observer), log),
 		courier: newCourier(deps, opt, mlog),
 		stats:   &turnStats{start: opt.Now()}}
+	agents, err := newAgents(env, deps.Agents)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
 	return &Manager{
 		env:         env,
+		agents:      agents,
+		resolve:     deps.Agents.Resolve,
 		source:      deps.Source,
 		sem:         make(chan struct{}, cfg.MaxConcurrentTurns),
 		sessions:    map[string]*session{},
@@ -217,7 +230,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer cancel()
 	m.wg.Go(func() { m.env.courier.heartbeat(runCtx, m.env.opt.Heartbeat) })
 	m.wg.Go(func() { m.sweeper(runCtx) })
-	if m.env.deps.Summarizer != nil {
+	if m.summarizes() {
 		m.summaries(runCtx)
 	}
 	err := m.source.Consume(ctx, func(d bus.Delivery) { m.dispatch(runCtx, d) })
@@ -419,7 +432,7 @@ func (m *Manager) dispatch(ctx context.Context, d bus.Delivery) {
 	key := in.SessionKey()
 	s := m.sessions[key]
 	if s == nil {
-		s = newSession(env, m, key)
+		s = newSession(m.envFor(in), m, key)
 		m.sessions[key] = s
 		m.peak = max(m.peak, len(m.sessions))
 	}
@@ -573,4 +586,20 @@ func (m *Manager) handleStop(ctx context.Context, s *session, in *bus.Inbound, d
 		text = "Stopping the running request."
 	}
 	c.finishSimple(ctx, in, d, bus.KindNotice, text, false)
+}
+
+// envFor returns the environment of the agent that answers a new session
+// whose first message is in.
+func (m *Manager) envFor(in *bus.Inbound) *sessionEnv {
+	if m.resolve == nil {
+		return m.env
+	}
+	name := m.resolve(in.Speaker())
+	if env, ok := m.agents[name]; ok {
+		return env
+	}
+	if name != "" {
+		m.env.log.Warn("no agent of that name: main answers the session", "agent", name, "session", in.SessionKey())
+	}
+	return m.env
 }

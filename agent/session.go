@@ -369,7 +369,7 @@ func (s *session) status() string {
 	if model == "" {
 		model = "(unknown)"
 	}
-	return fmt.Sprintf("Session: %s\nTurns in context: %d (max %d)\nMessages waiting: %d\nModel: %s\nActive sessions: %d\nTurns answered since start: %d\nUp for: %s",
-		s.key, turns, env.cfg.MaxContextTurns, s.queued(), model, s.host.ActiveSessions(), env.stats.answered.Load(),
+	return fmt.Sprintf("Session: %s\nAgent: %s\nTurns in context: %d (max %d)\nMessages waiting: %d\nModel: %s\nActive sessions: %d\nTurns answered since start: %d\nUp for: %s",
+		s.key, env.agent, turns, env.cfg.MaxContextTurns, s.queued(), model, s.host.ActiveSessions(), env.stats.answered.Load(),
 		env.opt.Now().Sub(env.stats.start).Round(time.Second))
 }

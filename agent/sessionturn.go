@@ -188,7 +188,7 @@ func (s *session) finishTurn(ctx context.Context, p *turnPlan, res loop.Result) 
 	env.stats.answered.Add(1)
 	s.remember(ctx, p, res, msgs, fresh)
 	p.log.Info("turn done", "stop_reason", res.StopReason, "steps", res.Steps, "tokens", res.Usage.TotalTokens)
-	env.deps.Observer.TurnDone(res.StopReason, p.sink.firstDeltaAfter(), env.opt.Now().Sub(p.now))
+	env.deps.Observer.TurnDone(env.agent, res.StopReason, p.sink.firstDeltaAfter(), env.opt.Now().Sub(p.now))
 	p.sink.Event(bus.EventTurnEnd, map[string]any{"id": p.in.ID, "steps": res.Steps, "kind": res.Kind,
 		"stop_reason": res.StopReason, "usage": res.Usage})
 }

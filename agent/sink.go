@@ -88,7 +88,7 @@ func (k *turnSink) Event(typ string, data any) {
 		return
 	}
 	ev := bus.Event{V: bus.Version, Type: typ, Session: k.in.SessionKey(), Channel: k.in.Channel, ChatID: k.in.ChatID,
-		ThreadID: k.in.ThreadID, InReplyTo: k.in.ID, Time: k.env.opt.Now().UTC(), Data: raw}
+		ThreadID: k.in.ThreadID, InReplyTo: k.in.ID, Agent: k.env.agent, Time: k.env.opt.Now().UTC(), Data: raw}
 	b, err := json.Marshal(ev)
 	if err == nil {
 		err = k.env.deps.Publisher.PublishCore(k.evt, b)

@@ -25,6 +25,15 @@ const (
 		"Never invent anything. At most 400 words. Output only the bullets."
 )
 
+// SummarizerFor is the Summarizer of an agent whose model is configured
+// (a ModelSummarizer), else nil: the rule-based digest stands alone.
+func SummarizerFor(configured bool, model Model) Summarizer {
+	if !configured {
+		return nil
+	}
+	return ModelSummarizer{Model: model}
+}
+
 // ModelSummarizer writes summaries with the model itself (temperature 0,
 // at most 500 tokens). Safe for concurrent use.
 type ModelSummarizer struct {
@@ -102,9 +111,19 @@ func (m *Manager) summaries(ctx context.Context) {
 	}
 }
 
+// summarizes reports whether any agent has a Summarizer.
+func (m *Manager) summarizes() bool {
+	for _, env := range m.agents {
+		if env.deps.Summarizer != nil {
+			return true
+		}
+	}
+	return false
+}
+
 func (m *Manager) runSummary(ctx context.Context, j summaryJob) {
 	sctx, cancel := context.WithTimeout(ctx, summaryTimeout)
-	sum, err := m.env.deps.Summarizer.Summarize(sctx, j.s.key, j.previous, j.dropped)
+	sum, err := j.s.env.deps.Summarizer.Summarize(sctx, j.s.key, j.previous, j.dropped)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, context.Canceled) {

@@ -25,13 +25,16 @@ const (
 // shape depends on Type; observers must ignore types and fields they do not
 // know.
 type Event struct {
-	V         int             `json:"v"`
-	Type      string          `json:"type"`
-	Session   string          `json:"session"`
-	Channel   string          `json:"channel"`
-	ChatID    string          `json:"chat_id"`
-	ThreadID  string          `json:"thread_id,omitempty"`
-	InReplyTo string          `json:"in_reply_to,omitempty"`
-	Time      time.Time       `json:"time"`
-	Data      json.RawMessage `json:"data,omitempty"`
+	V         int    `json:"v"`
+	Type      string `json:"type"`
+	Session   string `json:"session"`
+	Channel   string `json:"channel"`
+	ChatID    string `json:"chat_id"`
+	ThreadID  string `json:"thread_id,omitempty"`
+	InReplyTo string `json:"in_reply_to,omitempty"`
+	// Agent is the name of the agent answering the session (main unless
+	// bindings chose another; docs/agents.md).
+	Agent string          `json:"agent,omitempty"`
+	Time  time.Time       `json:"time"`
+	Data  json.RawMessage `json:"data,omitempty"`
 }

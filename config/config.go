@@ -33,7 +33,8 @@
 //     mapping. Types with their own UnmarshalYAML or UnmarshalText decode
 //     themselves; their error is reported as "invalid value". Anchors,
 //     aliases and merge keys (<<: *anchor, the mapping's own keys winning)
-//     work; an alias loop is a problem, not a hang.
+//     work; an alias loop is a problem, not a hang. A field of type [Node]
+//     keeps its part of the tree undecoded, for a later [Node.Decode].
 //  4. When the target implements [Validator], its Validate runs on the
 //     decoded value, even after decoding problems (a key that failed to
 //     decode keeps its default, so it adds no noise of its own).

@@ -102,6 +102,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		d.decode(n.Alias, v, path)
 		return
 	}
+	if v.Type() == nodeType {
+		v.Set(reflect.ValueOf(Node{node: n, path: path}))
+		return
+	}
 	if v.Kind() != reflect.Pointer && decodesItself(v.Type()) {
 		d.leaf(n, v, path)
 		return

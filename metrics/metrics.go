@@ -63,7 +63,7 @@ func New() *Metrics {
 	m.outbound = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_outbound_messages_total",
 		Help: "Final outbound messages published by the runtime, by channel and kind."}, []string{"channel", "kind"})
 	m.turns = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_turns_total",
-		Help: "Finished turns by stop reason."}, []string{"stop_reason"})
+		Help: "Finished turns by agent and stop reason."}, []string{"agent", "stop_reason"})
 	m.turnDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "switchboard_turn_duration_seconds",
 		Help:    "Turn latency from start to the first streamed delta (phase=first_delta) and to the final answer (phase=final).",
 		Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}}, []string{"phase"})
@@ -147,9 +147,9 @@ func (m *Metrics) Outbound(channel, kind string) {
 }
 
 // TurnDone records a finished turn (agent.Observer). firstDelta is zero
-// when nothing was streamed.
-func (m *Metrics) TurnDone(stopReason string, firstDelta, total time.Duration) {
-	m.turns.WithLabelValues(stopReason).Inc()
+// when nothing was streamed; agent is bounded by the configured agents.
+func (m *Metrics) TurnDone(agent, stopReason string, firstDelta, total time.Duration) {
+	m.turns.WithLabelValues(agent, stopReason).Inc()
 	if firstDelta > 0 {
 		m.turnDuration.WithLabelValues("first_delta").Observe(firstDelta.Seconds())
 	}

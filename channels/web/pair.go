@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/switchboard-chat/switchboard/internal/cli"
 )
 
 // PairTTL is how long a pairing code can be used.
@@ -97,6 +100,28 @@ func pruneCodes(dir string, now time.Time) {
 		}
 		_ = os.Remove(path)
 	}
+}
+
+// RunVerb is `switchboard web pair [--config FILE] [--user NAME]`:
+// configFlag registers the command line's --config, load reads the
+// configuration it names (data_dir, channels.web, and how to name it).
+func RunVerb(args []string, stdout, stderr io.Writer, configFlag func(*flag.FlagSet) *string,
+	load func(path string) (dataDir string, web *Config, source string, err error)) error {
+	if len(args) == 0 || args[0] != "pair" {
+		return fmt.Errorf("%w: web: the only subcommand is pair (see switchboard web pair -h)", cli.ErrUsage)
+	}
+	fs := flag.NewFlagSet("web pair", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := configFlag(fs)
+	user := fs.String("user", "", "the code logs in only this user (default: any of channels.web.allow_users)")
+	if err := cli.Parse(fs, args[1:]); err != nil {
+		return err
+	}
+	dataDir, web, source, err := load(*path)
+	if err != nil {
+		return err
+	}
+	return Pair(stdout, dataDir, web, *user, source)
 }
 
 // Pair is "switchboard web pair": it mints a one-time pairing code in

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -163,26 +161,6 @@ func newWeb(cfg Config, d channelDeps) (channels.Channel, error) {
 		return nil, err
 	}
 	return d.State.Leases.Channel(c, webch.Name, "", d.status(webch.Name)), nil
-}
-
-// runWeb is `switchboard web pair`: a one-time login code for the web
-// console (package channels/web mints it).
-func runWeb(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "pair" {
-		return fmt.Errorf("%w: web: the only subcommand is pair (see switchboard web pair -h)", errUsage)
-	}
-	fs := flag.NewFlagSet("web pair", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := configFlag(fs)
-	user := fs.String("user", "", "the code logs in only this user (default: any of channels.web.allow_users)")
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
-	cfg, src, err := LoadConfig(*path)
-	if err != nil {
-		return err
-	}
-	return webch.Pair(stdout, cfg.DataDir, cfg.Channels.Web, *user, src.String())
 }
 
 // root is the workspace's root, nil without a workspace.

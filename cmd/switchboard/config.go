@@ -13,6 +13,7 @@ import (
 	"github.com/switchboard-chat/switchboard/access"
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/agent"
+	"github.com/switchboard-chat/switchboard/agent/profiles"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
 	openaich "github.com/switchboard-chat/switchboard/channels/openai"
 	slackch "github.com/switchboard-chat/switchboard/channels/slack"
@@ -45,6 +46,14 @@ type Config struct {
 	Admin           admin.Config   `yaml:"admin"`
 	Channels        ChannelsConfig `yaml:"channels"`
 	Access          access.Config  `yaml:"access"`
+	// Agents and Bindings: several agents, bound to chats (agent/profiles).
+	Agents   map[string]config.Node `yaml:"agents"`
+	Bindings []profiles.Binding     `yaml:"bindings"`
+}
+
+// Profiles are the agents (main first) and bindings (profiles.Build).
+func (c Config) Profiles() (profiles.Set, error) {
+	return profiles.Build(profiles.Defaults{LLM: c.LLM, Agent: c.Agent, Tools: c.Tools, DataDir: c.DataDir, Shared: c.Memory.Store == memcfg.StoreJetStream}, c.Agents, c.Bindings)
 }
 
 // ChannelsConfig holds the built-in chat platform adapters (YAML section
@@ -133,7 +142,8 @@ func (c Config) Validate() error {
 	if c.ShutdownTimeout < time.Second || c.ShutdownTimeout > time.Hour {
 		errs = append(errs, fmt.Errorf("shutdown_timeout: must be between 1s and 1h, got %s", c.ShutdownTimeout))
 	}
-	errs = append(errs, c.Log.Validate(), c.Bus.Validate(), c.LLM.Validate(), c.Agent.Validate(), c.Memory.Validate(), c.Tools.Validate(), c.MCP.Validate(), c.Admin.Validate(), c.Access.Validate())
+	_, perr := c.Profiles()
+	errs = append(errs, c.Log.Validate(), c.Bus.Validate(), c.LLM.Validate(), c.Agent.Validate(), c.Memory.Validate(), c.Tools.Validate(), c.MCP.Validate(), c.Admin.Validate(), c.Access.Validate(), perr)
 	if c.Channels.OpenAI != nil {
 		errs = append(errs, c.Channels.OpenAI.Validate())
 	}

@@ -569,7 +569,7 @@ func testE2EMetricsMove(t *testing.T, store string) {
 	for _, m := range []string{
 		`switchboard_inbound_messages_total{channel="console",outcome="accepted"}`,
 		`switchboard_inbound_messages_total{channel="console",outcome="rejected_invalid"}`,
-		`switchboard_turns_total{stop_reason="completed"}`,
+		`switchboard_turns_total{agent="main",stop_reason="completed"}`,
 		`switchboard_turn_duration_seconds_count{phase="final"}`,
 		`switchboard_llm_requests_total{model="test-model",status="ok"}`,
 		`switchboard_tool_calls_total{outcome="ok",tool="list_dir"}`,

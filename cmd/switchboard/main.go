@@ -19,6 +19,8 @@ import (
 	"syscall"
 
 	"github.com/switchboard-chat/switchboard/access"
+	"github.com/switchboard-chat/switchboard/agent/profiles"
+	webch "github.com/switchboard-chat/switchboard/channels/web"
 	"github.com/switchboard-chat/switchboard/internal/buildinfo"
 	"github.com/switchboard-chat/switchboard/internal/cli"
 	"github.com/switchboard-chat/switchboard/internal/setup"
@@ -74,12 +76,17 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "status":
 		err = runStatus(ctx, args, stdout, stderr)
 	case "web":
-		err = runWeb(ctx, args, stdout, stderr)
+		err = webch.RunVerb(args, stdout, stderr, configFlag, func(p string) (string, *webch.Config, string, error) {
+			c, src, err := LoadConfig(p)
+			return c.DataDir, c.Channels.Web, src.String(), err
+		})
 	case "pairing":
 		err = access.RunVerb(args, stdout, stderr, configFlag, func(p string) (access.Config, string, error) {
 			c, _, err := LoadConfig(p)
 			return c.Access, c.DataDir, err
 		})
+	case "agents":
+		err = profiles.RunVerb(args, stdout, stderr, LoadConfig)
 	case "version", "--version":
 		fmt.Fprintln(stdout, buildinfo.String("switchboard", version))
 		return 0

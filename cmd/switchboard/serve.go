@@ -17,6 +17,7 @@ import (
 	"github.com/switchboard-chat/switchboard/access"
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/agent"
+	"github.com/switchboard-chat/switchboard/agent/profiles"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
 	webch "github.com/switchboard-chat/switchboard/channels/web"
 	"github.com/switchboard-chat/switchboard/internal/kvstate"
@@ -88,6 +89,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	}()
 	defer cancel() // runs first: an early return stops what was started
 
+	set, err := cfg.Profiles() // main is the top-level sections with agents.main on top
+	if err != nil {
+		return err
+	}
+	cfg.LLM, cfg.Agent, cfg.Tools = set.Main().LLM, set.Main().Agent, set.Main().Tools
 	ws, err := workspace.Open(cfg.Agent.Workspace, log)
 	if err != nil {
 		return fmt.Errorf("workspace: %w", err)
@@ -162,6 +168,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return err
 	}
 	adm.Handle("GET /mcp", built.MCP)
+	others, err := profiles.Open(set, profiles.Shared{Memory: cfg.Memory, MCP: cfg.MCP, SubjectPrefix: cfg.Bus.SubjectPrefix, Version: version, Bus: b, Metrics: mx, Requests: reqs, Log: log})
+	if err != nil {
+		return err
+	}
+	defer others.Close()
 	// The tools (MCP servers, scheduler, tools.db) stop only after the
 	// manager finished its last turns.
 	toolsCtx, stopTools := context.WithCancel(context.WithoutCancel(ctx))
@@ -174,6 +185,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	}()
 	g.Go(func() error { return built.Run(toolsCtx) })
 	g.Go(func() error { return mem.Run(toolsCtx) })
+	g.Go(func() error { return others.Run(toolsCtx) })
 	g.Go(func() error {
 		return memory.Pruner{Store: hist, Retention: cfg.Memory.RetentionPeriod(), Log: log}.Run(gctx)
 	})
@@ -190,7 +202,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		ReadFile:        ws.ReadText,
 		Heartbeat:       b.Heartbeat(), // a third of the consumers' AckWait
 	}, agent.Deps{Source: b, Publisher: b, Store: store, Model: reqlog.Model{Next: model, R: reqs}, Tools: built.Toolbox, Prompts: ws, Log: log,
-		Summarizer: summarizer(cfg.LLM, model), Observer: mx, Skills: built.Skills, Memory: mem, Pairing: gate})
+		Summarizer: agent.SummarizerFor(cfg.LLM.Configured(), model), Observer: mx, Skills: built.Skills, Memory: mem, Pairing: gate, Agents: agent.Agents{Profiles: others.Profiles, Resolve: profiles.NewRouter(set).Resolve}})
 	if err != nil {
 		return err
 	}
@@ -230,12 +242,3 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 // before serve to make history writes fail as a failing disk would (the
 // write does not happen; metrics.Store.Fault).
 var testStoreFault func(op string) error
-
-// summarizer writes context summaries with the model, when one is
-// configured (otherwise the rule-based digest stands alone).
-func summarizer(cfg llm.Config, model agent.Model) agent.Summarizer {
-	if !cfg.Configured() {
-		return nil
-	}
-	return agent.ModelSummarizer{Model: model}
-}

@@ -152,6 +152,24 @@ var Verbs = []Verb{
 		Examples: []string{"switchboard status", "switchboard status --url nats://user:password@nats-1:4222"},
 	},
 	{
+		Name: "agents", Summary: "list the agents and bindings, or show which agent answers a chat (offline)",
+		About: "Reads the configuration's agents and bindings (docs/agents.md); no daemon is\n" +
+			"needed. Without a subcommand it lists them. --config may come before or after\n" +
+			"the subcommand.",
+		Subs: []Verb{
+			{Name: "list", Summary: "list each agent (workspace, model, tools) and the bindings in order (the default)",
+				About: "Lists each agent (workspace, model, tools) and the bindings, in the order they\nare tried.", Flags: []Flag{configFlag},
+				Examples: []string{"switchboard agents", "switchboard agents list --config /etc/switchboard/config.yaml"}},
+			{Name: "which", Summary: "print the agent that would answer a new session, and the binding that matched",
+				About: "Prints the agent that would answer a new session whose first message comes\n" +
+					"from this channel, chat, user and thread, and the binding that matched (none:\nmain answers).",
+				Flags: []Flag{configFlag, {Name: "channel", Arg: "NAME", Required: true}, {Name: "chat", Arg: "ID"}, {Name: "user", Arg: "ID"},
+					{Name: "thread", Arg: "ID"}, {Name: "group"}},
+				Examples: []string{"switchboard agents which --channel telegram --chat 42 --user 7",
+					"switchboard agents --config /etc/switchboard/config.yaml which --channel slack --chat C0123 --group"}},
+		},
+	},
+	{
 		Name: "web", Summary: "the web console (channels.web)",
 		Subs: []Verb{
 			{

@@ -6,7 +6,7 @@ __switchboard_spec() {
     words="" flags="" valued="" files=""
     case $1 in
     "")
-        words="serve chat init doctor check bus history status web pairing demo bench healthcheck completion version help" flags="--config --help --version" valued="config" files="config" ;;
+        words="serve chat init doctor check bus history status agents web pairing demo bench healthcheck completion version help" flags="--config --help --version" valued="config" files="config" ;;
     "serve")
         words="" flags="--config --help" valued="config" files="config" ;;
     "chat")
@@ -33,6 +33,12 @@ __switchboard_spec() {
         words="" flags="--config --help" valued="config" files="config" ;;
     "status")
         words="" flags="--config --url --help" valued="config url" files="config" ;;
+    "agents")
+        words="list which" flags="--help" valued="" files="" ;;
+    "agents list")
+        words="" flags="--config --help" valued="config" files="config" ;;
+    "agents which")
+        words="" flags="--config --channel --chat --user --thread --group --help" valued="config channel chat user thread" files="config" ;;
     "web")
         words="pair" flags="--help" valued="" files="" ;;
     "web pair")
@@ -56,7 +62,7 @@ __switchboard_spec() {
     "version")
         words="" flags="--help" valued="" files="" ;;
     "help")
-        words="serve chat init doctor check bus history status web pairing demo bench healthcheck completion version help" flags="--help" valued="" files="" ;;
+        words="serve chat init doctor check bus history status agents web pairing demo bench healthcheck completion version help" flags="--help" valued="" files="" ;;
     esac
 }
 

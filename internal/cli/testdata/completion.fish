@@ -28,6 +28,10 @@ function __switchboard_valued
             printf '%s\n' config
         case 'status'
             printf '%s\n' config url
+        case 'agents list'
+            printf '%s\n' config
+        case 'agents which'
+            printf '%s\n' config channel chat user thread
         case 'web pair'
             printf '%s\n' config user
         case 'pairing approve'
@@ -82,6 +86,7 @@ complete -c switchboard -n '__switchboard_at \'\'' -a 'check' -d 'diagnose: the 
 complete -c switchboard -n '__switchboard_at \'\'' -a 'bus' -d 'the bus: live traffic, nats CLI context'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'history' -d 'list, export (JSON Lines), reset or compact stored history (daemon stopped)'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'status' -d 'list the instances on the bus and the partitions each owns'
+complete -c switchboard -n '__switchboard_at \'\'' -a 'agents' -d 'list the agents and bindings, or show which agent answers a chat (offline)'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'web' -d 'the web console (channels.web)'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'pairing' -d 'approve, list or revoke users let in by a pairing code (access.dm_policy)'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'demo' -d 'a self-contained demo with a scripted model'
@@ -149,6 +154,18 @@ complete -c switchboard -n '__switchboard_at \'history compact\'' -l help
 complete -c switchboard -n '__switchboard_at \'status\'' -l config -r -F
 complete -c switchboard -n '__switchboard_at \'status\'' -l url -x
 complete -c switchboard -n '__switchboard_at \'status\'' -l help
+complete -c switchboard -n '__switchboard_at \'agents\'' -a 'list' -d 'list each agent (workspace, model, tools) and the bindings in order (the default)'
+complete -c switchboard -n '__switchboard_at \'agents\'' -a 'which' -d 'print the agent that would answer a new session, and the binding that matched'
+complete -c switchboard -n '__switchboard_at \'agents\'' -l help
+complete -c switchboard -n '__switchboard_at \'agents list\'' -l config -r -F
+complete -c switchboard -n '__switchboard_at \'agents list\'' -l help
+complete -c switchboard -n '__switchboard_at \'agents which\'' -l config -r -F
+complete -c switchboard -n '__switchboard_at \'agents which\'' -l channel -x
+complete -c switchboard -n '__switchboard_at \'agents which\'' -l chat -x
+complete -c switchboard -n '__switchboard_at \'agents which\'' -l user -x
+complete -c switchboard -n '__switchboard_at \'agents which\'' -l thread -x
+complete -c switchboard -n '__switchboard_at \'agents which\'' -l group
+complete -c switchboard -n '__switchboard_at \'agents which\'' -l help
 complete -c switchboard -n '__switchboard_at \'web\'' -a 'pair' -d 'print a one-time login code for the web console'
 complete -c switchboard -n '__switchboard_at \'web\'' -l help
 complete -c switchboard -n '__switchboard_at \'web pair\'' -l config -r -F
@@ -194,6 +211,7 @@ complete -c switchboard -n '__switchboard_at \'help\'' -a 'check' -d 'diagnose: 
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'bus' -d 'the bus: live traffic, nats CLI context'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'history' -d 'list, export (JSON Lines), reset or compact stored history (daemon stopped)'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'status' -d 'list the instances on the bus and the partitions each owns'
+complete -c switchboard -n '__switchboard_at \'help\'' -a 'agents' -d 'list the agents and bindings, or show which agent answers a chat (offline)'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'web' -d 'the web console (channels.web)'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'pairing' -d 'approve, list or revoke users let in by a pairing code (access.dm_policy)'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'demo' -d 'a self-contained demo with a scripted model'

@@ -1,0 +1,337 @@
+// Package profiles turns the configuration's agents and bindings into the
+// runtime's agents: several agents in one daemon, each with its own
+// workspace (AGENT.md, USER.md, RULE.md, MEMORY.md, skills/), model, tools,
+// limits and memory, and the ordered bindings that pick the agent of a new
+// session (docs/agents.md).
+//
+// # Configuration
+//
+// agents.<name> holds workspace and overrides of the top-level sections
+// llm, agent and tools: every agent starts from a copy of the top-level
+// values and its own keys are decoded on top ([config.Node]), so it
+// overrides only what it sets, with the same key rules as the top level
+// and problems named by their full path ("agents.work.llm.model (line 12):
+// ..."). The agent main always exists and is the top-level sections
+// (agents.main may override them); a configuration without agents is one
+// agent, main, exactly as before. Each agent's workspace must be its own:
+// two agents sharing a folder would share memory, so that is refused.
+// agent.max_concurrent_turns, agent.partitions and agent.session_idle are
+// daemon-wide and cannot be set per agent; the workspace is
+// agents.<name>.workspace.
+//
+// bindings is an ordered list of matchers {agent, channel, chat_id,
+// thread_id, user_id, is_group}; each field is optional (left out or empty
+// matches anything) and may be a glob (path.Match: *, ?, [a-z]). The first
+// binding that matches a new session's first message picks its agent; no
+// match picks main. A session keeps its agent for its life.
+//
+// # Runtime
+//
+// [Open] builds one agent.Profile per agent beside main (its workspace,
+// long-term memory and tool set, in data_dir/agents/<name>/; main keeps the
+// daemon's own paths, so an upgrade loses nothing), and [Router.Resolve] is
+// the agent.Agents.Resolve that the manager calls once per new session.
+package profiles
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/switchboard-chat/switchboard/agent"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/config"
+	"github.com/switchboard-chat/switchboard/llm"
+	"github.com/switchboard-chat/switchboard/tools"
+)
+
+// Main is the name of the agent that always exists.
+const Main = "main"
+
+var validName = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
+
+// Defaults are the top-level sections every agent inherits.
+type Defaults struct {
+	LLM   llm.Config
+	Agent agent.Config
+	Tools tools.Config
+	// DataDir is data_dir: main's state lives there, another agent's in
+	// data_dir/agents/<name>.
+	DataDir string
+	// Shared is true with memory.store jetstream, whose shared memory and
+	// schedule buckets are not per agent yet: only main may exist then.
+	Shared bool
+}
+
+// Spec is one agent's settings after inheritance: the top-level sections
+// with the agent's overrides decoded on top.
+type Spec struct {
+	// Name is the key under agents (main for the top-level agent).
+	Name string `yaml:"-"`
+	// Workspace is the agent's folder (AGENT.md, USER.md, RULE.md,
+	// MEMORY.md, skills/); default agent.workspace for main,
+	// data_dir/agents/<name>/workspace for the others.
+	Workspace string       `yaml:"workspace"`
+	LLM       llm.Config   `yaml:"llm"`
+	Agent     agent.Config `yaml:"agent"`
+	Tools     tools.Config `yaml:"tools"`
+	// DataDir holds the agent's tools.db and memory index: data_dir for
+	// main, data_dir/agents/<name> for the others.
+	DataDir string `yaml:"-"`
+}
+
+// Binding picks an agent for the sessions it matches (an element of
+// bindings). Each field left empty matches anything; the others are
+// path.Match globs ("*", "?", "[...]") matched against the session's first
+// message.
+type Binding struct {
+	// Agent is the agent's name (required).
+	Agent    string `yaml:"agent"`
+	Channel  string `yaml:"channel"`
+	ChatID   string `yaml:"chat_id"`
+	ThreadID string `yaml:"thread_id"`
+	UserID   string `yaml:"user_id"`
+	// IsGroup, when set, matches only group chats (true) or only direct
+	// chats (false).
+	IsGroup *bool `yaml:"is_group"`
+}
+
+// Matches reports whether the binding matches the speaker. A bad pattern
+// (refused by [Build]) matches nothing.
+func (b Binding) Matches(s bus.Speaker) bool {
+	if b.IsGroup != nil && *b.IsGroup != s.IsGroup {
+		return false
+	}
+	for _, f := range [...][2]string{{b.Channel, s.Channel}, {b.ChatID, s.ChatID}, {b.ThreadID, s.ThreadID}, {b.UserID, s.UserID}} {
+		if f[0] == "" {
+			continue
+		}
+		if ok, err := path.Match(f[0], f[1]); err != nil || !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// String is the binding as a flow mapping of the fields it sets, e.g.
+// "{agent: work, channel: slack}".
+func (b Binding) String() string {
+	parts := []string{"agent: " + b.Agent}
+	for _, f := range [...][2]string{{"channel", b.Channel}, {"chat_id", b.ChatID}, {"thread_id", b.ThreadID}, {"user_id", b.UserID}} {
+		if f[1] != "" {
+			parts = append(parts, f[0]+": "+quote(f[1]))
+		}
+	}
+	if b.IsGroup != nil {
+		parts = append(parts, fmt.Sprintf("is_group: %t", *b.IsGroup))
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+var bareWord = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]*$`)
+
+// quote quotes a value unless YAML reads it back bare as the same string.
+func quote(s string) string {
+	switch strings.ToLower(s) {
+	case "true", "false", "yes", "no", "on", "off", "null", "y", "n":
+		return fmt.Sprintf("%q", s)
+	}
+	if bareWord.MatchString(s) {
+		return s
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// Set is the agents and bindings of one configuration. The zero Set has
+// no agents; [Build] always gives main.
+type Set struct {
+	// Agents are main first, then the others sorted by name.
+	Agents   []Spec
+	Bindings []Binding
+}
+
+// Which returns the agent that answers a new session whose first message
+// is from s, and the index of the binding that matched (-1: none, main).
+func (s Set) Which(sp bus.Speaker) (name string, binding int) {
+	for i, b := range s.Bindings {
+		if b.Matches(sp) {
+			return b.Agent, i
+		}
+	}
+	return Main, -1
+}
+
+// Router picks new sessions' agents from a set that can be swapped while
+// sessions run (a configuration reload): each Resolve reads the set in
+// force at the call, and running sessions keep the agent they have. Safe
+// for concurrent use.
+type Router struct{ set atomic.Pointer[Set] }
+
+// NewRouter returns a router of set.
+func NewRouter(set Set) *Router {
+	r := &Router{}
+	r.Swap(set)
+	return r
+}
+
+// Swap puts set in force for the sessions created from now on.
+func (r *Router) Swap(set Set) { r.set.Store(&set) }
+
+// Resolve is Which's agent name in the set in force (agent.Agents.Resolve).
+func (r *Router) Resolve(sp bus.Speaker) string {
+	name, _ := r.set.Load().Which(sp)
+	return name
+}
+
+// Main returns the agent main (the zero Spec in the zero Set).
+func (s Set) Main() Spec {
+	a, _ := s.Agent(Main)
+	return a
+}
+
+// Agent returns the agent named name.
+func (s Set) Agent(name string) (Spec, bool) {
+	for _, a := range s.Agents {
+		if a.Name == name {
+			return a, true
+		}
+	}
+	return Spec{}, false
+}
+
+// Build decodes every agents.<name> over a copy of the defaults, checks
+// names, workspaces and bindings, and returns the set, or every problem
+// (an errors.Join, each naming its key). raw is the agents section as
+// read (nil: none); problems the defaults have themselves are not
+// reported again for each agent inheriting them.
+func Build(d Defaults, raw map[string]config.Node, bindings []Binding) (Set, error) {
+	var errs []error
+	inherited := problemSet(d)
+	names := make([]string, 0, len(raw))
+	for name := range raw {
+		if name != Main {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	set := Set{Bindings: bindings}
+	for _, name := range append([]string{Main}, names...) {
+		spec, perrs := decodeSpec(d, name, raw[name], inherited)
+		errs = append(errs, perrs...)
+		set.Agents = append(set.Agents, spec)
+	}
+	if d.Shared && len(names) > 0 {
+		errs = append(errs, fmt.Errorf("agents: only main may exist with memory.store jetstream (shared memory is not per agent yet), found %s", strings.Join(names, ", ")))
+	}
+	errs = append(errs, distinctWorkspaces(set.Agents)...)
+	errs = append(errs, checkBindings(set, bindings)...)
+	if err := errors.Join(errs...); err != nil {
+		return Set{}, err
+	}
+	return set, nil
+}
+
+// problemSet is the text of every problem of the defaults.
+func problemSet(d Defaults) map[string]bool {
+	out := map[string]bool{}
+	for _, err := range config.Problems(errors.Join(d.LLM.Validate(), d.Agent.Validate(), d.Tools.Validate())) {
+		out[err.Error()] = true
+	}
+	return out
+}
+
+// decodeSpec builds one agent from the defaults and its node.
+func decodeSpec(d Defaults, name string, node config.Node, inherited map[string]bool) (Spec, []error) {
+	key := "agents." + name
+	var errs []error
+	if !validName.MatchString(name) {
+		errs = append(errs, fmt.Errorf("%s: the name must match %s", key, validName))
+	}
+	spec := Spec{Name: name, Workspace: d.Agent.Workspace, LLM: d.LLM, Agent: d.Agent, Tools: d.Tools, DataDir: d.DataDir}
+	if name != Main {
+		spec.DataDir = filepath.Join(d.DataDir, "agents", name)
+		spec.Workspace = filepath.Join(spec.DataDir, "workspace")
+	}
+	if node.IsZero() {
+		return spec, errs
+	}
+	errs = append(errs, config.Problems(node.Decode(&spec))...)
+	if spec.Agent.Workspace != d.Agent.Workspace {
+		errs = append(errs, fmt.Errorf("%s.agent.workspace: set %s.workspace instead", key, key))
+	}
+	if spec.Agent.MaxConcurrentTurns != d.Agent.MaxConcurrentTurns {
+		errs = append(errs, fmt.Errorf("%s.agent.max_concurrent_turns: daemon-wide, set it in agent.max_concurrent_turns", key))
+	}
+	if spec.Agent.Partitions != d.Agent.Partitions {
+		errs = append(errs, fmt.Errorf("%s.agent.partitions: daemon-wide, set it in agent.partitions", key))
+	}
+	if spec.Agent.SessionIdle != d.Agent.SessionIdle {
+		errs = append(errs, fmt.Errorf("%s.agent.session_idle: daemon-wide, set it in agent.session_idle", key))
+	}
+	if spec.Workspace == "" {
+		errs = append(errs, fmt.Errorf("%s.workspace: must not be empty", key))
+	}
+	spec.Agent.Workspace = spec.Workspace
+	if spec.LLM.BaseURL == "" {
+		spec.LLM.BaseURL = llm.DefaultBaseURL
+	}
+	check := spec.Agent
+	check.Workspace = d.Agent.Workspace // reported as agents.<name>.workspace above
+	for _, err := range config.Problems(errors.Join(spec.LLM.Validate(), check.Validate(), spec.Tools.Validate())) {
+		if !inherited[err.Error()] {
+			errs = append(errs, fmt.Errorf("%s.%w", key, err))
+		}
+	}
+	return spec, errs
+}
+
+// distinctWorkspaces refuses two agents in one workspace folder.
+func distinctWorkspaces(specs []Spec) []error {
+	var errs []error
+	seen := map[string]string{}
+	for _, s := range specs {
+		dir, err := filepath.Abs(s.Workspace)
+		if err != nil || s.Workspace == "" {
+			continue
+		}
+		if other, ok := seen[dir]; ok {
+			errs = append(errs, fmt.Errorf("agents.%s.workspace: %s is agent %s's workspace too; each agent needs its own (they would share memory)", s.Name, s.Workspace, other))
+			continue
+		}
+		seen[dir] = s.Name
+	}
+	return errs
+}
+
+// checkBindings reports bindings to unknown agents and bad patterns.
+func checkBindings(set Set, bindings []Binding) []error {
+	var errs []error
+	for i, b := range bindings {
+		key := fmt.Sprintf("bindings[%d]", i)
+		switch _, ok := set.Agent(b.Agent); {
+		case b.Agent == "":
+			errs = append(errs, fmt.Errorf("%s.agent: must name an agent", key))
+		case !ok:
+			errs = append(errs, fmt.Errorf("%s.agent: no agent %q (agents: %s)", key, b.Agent, strings.Join(set.names(), ", ")))
+		}
+		for _, f := range [...][2]string{{"channel", b.Channel}, {"chat_id", b.ChatID}, {"thread_id", b.ThreadID}, {"user_id", b.UserID}} {
+			if _, err := path.Match(f[1], ""); err != nil {
+				errs = append(errs, fmt.Errorf("%s.%s: bad pattern %q: %w", key, f[0], f[1], err))
+			}
+		}
+	}
+	return errs
+}
+
+func (s Set) names() []string {
+	out := make([]string, 0, len(s.Agents))
+	for _, a := range s.Agents {
+		out = append(out, a.Name)
+	}
+	return out
+}

@@ -1,0 +1,221 @@
+package profiles
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/switchboard-chat/switchboard/agent"
+	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/config"
+	"github.com/switchboard-chat/switchboard/llm"
+	"github.com/switchboard-chat/switchboard/tools"
+)
+
+// file is the part of the daemon's configuration this package reads.
+type file struct {
+	DataDir  string                 `yaml:"data_dir"`
+	LLM      llm.Config             `yaml:"llm"`
+	Agent    agent.Config           `yaml:"agent"`
+	Tools    tools.Config           `yaml:"tools"`
+	Agents   map[string]config.Node `yaml:"agents"`
+	Bindings []Binding              `yaml:"bindings"`
+}
+
+func build(t *testing.T, yaml string) (Set, error) {
+	t.Helper()
+	f := file{DataDir: "/data", LLM: llm.DefaultConfig(), Agent: agent.DefaultConfig(), Tools: tools.DefaultConfig()}
+	env := func(k string) (string, bool) { return map[string]string{"WORK_KEY": "sk-work"}[k], k == "WORK_KEY" }
+	if err := config.Decode([]byte(yaml), &f, config.Options{LookupEnv: env}); err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	if f.LLM.BaseURL == "" {
+		f.LLM.BaseURL = llm.DefaultBaseURL
+	}
+	return Build(Defaults{LLM: f.LLM, Agent: f.Agent, Tools: f.Tools, DataDir: f.DataDir}, f.Agents, f.Bindings)
+}
+
+// TestAgentsInheritAndOverride: an agent is the top-level sections with
+// its own keys on top, whatever the order of the sections in the file.
+func TestAgentsInheritAndOverride(t *testing.T) {
+	set, err := build(t, `
+agents:
+  work:
+    llm: {model: work-model, api_key: "${WORK_KEY}"}
+    agent: {max_steps: 9}
+    tools: {disabled: [bash]}
+  main:
+    llm: {temperature: 0.1}
+llm: {model: top-model, max_tokens: 321}
+agent: {max_steps: 12, workspace: /ws/main}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := set.names(); !cmp.Equal(got, []string{"main", "work"}) {
+		t.Fatalf("agents %v, want [main work]", got)
+	}
+	main, _ := set.Agent(Main)
+	work, _ := set.Agent("work")
+	type view struct {
+		Workspace, DataDir, Model, Key string
+		MaxTokens, MaxSteps            int
+		Temperature                    float32
+		Disabled                       []string
+	}
+	see := func(s Spec) view {
+		return view{s.Workspace, s.DataDir, s.LLM.Model, s.LLM.APIKey, s.LLM.MaxTokens, s.Agent.MaxSteps, s.LLM.Temperature, s.Tools.Disabled}
+	}
+	wantMain := view{"/ws/main", "/data", "top-model", "", 321, 12, 0.1, tools.DefaultConfig().Disabled}
+	wantWork := view{"/data/agents/work/workspace", "/data/agents/work", "work-model", "sk-work", 321, 9, llm.DefaultConfig().Temperature, []string{"bash"}}
+	if diff := cmp.Diff(wantMain, see(main)); diff != "" {
+		t.Errorf("main (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantWork, see(work)); diff != "" {
+		t.Errorf("work (-want +got):\n%s", diff)
+	}
+	if work.Agent.Workspace != work.Workspace {
+		t.Errorf("work's agent.workspace %q, want its workspace %q", work.Agent.Workspace, work.Workspace)
+	}
+}
+
+// TestNoAgentsIsMain: without agents there is main, the top-level sections.
+func TestNoAgentsIsMain(t *testing.T) {
+	set, err := build(t, "llm: {model: m}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(set.Agents) != 1 || set.Agents[0].Name != Main || set.Agents[0].LLM.Model != "m" || set.Agents[0].Workspace != agent.DefaultConfig().Workspace {
+		t.Fatalf("agents %+v", set.Agents)
+	}
+	if name, i := set.Which(bus.Speaker{Channel: "telegram", ChatID: "1", UserID: "1"}); name != Main || i != -1 {
+		t.Errorf("Which = %s, %d; want main, -1", name, i)
+	}
+}
+
+// TestAgentConfigProblems: every problem is reported with its full path.
+func TestAgentConfigProblems(t *testing.T) {
+	_, err := build(t, `
+llm: {model: ""}
+agent: {workspace: /ws}
+agents:
+  work:
+    llm: {modle: x, max_tokens: 0}
+    agent: {max_steps: 0, partitions: 4, session_idle: 1h, workspace: /elsewhere}
+    heartbeat: {every: 30m}
+  Bad.Name: {}
+  twin:
+    workspace: /ws
+bindings:
+  - {agent: nobody, channel: telegram}
+  - {channel: "[", agent: work}
+  - {chat_id: "1"}
+`)
+	var got []string
+	for _, p := range config.Problems(err) {
+		got = append(got, p.Error())
+	}
+	want := []string{
+		"agents.work.heartbeat (line 8): unknown key",
+		"agents.work.llm.modle (line 6): unknown key (did you mean model?)",
+		"agents.Bad.Name: the name must match ^[a-z0-9_-]{1,32}$",
+		"agents.work.agent.workspace: set agents.work.workspace instead",
+		"agents.work.agent.partitions: daemon-wide, set it in agent.partitions",
+		"agents.work.agent.session_idle: daemon-wide, set it in agent.session_idle",
+		"agents.work.llm.max_tokens: must be at least 1, got 0",
+		"agents.work.agent.max_steps: must be between 1 and 1000, got 0",
+		"agents.twin.workspace: /ws is agent main's workspace too; each agent needs its own (they would share memory)",
+		`bindings[0].agent: no agent "nobody" (agents: main, Bad.Name, twin, work)`,
+		`bindings[1].channel: bad pattern "[": syntax error in pattern`,
+		"bindings[2].agent: must name an agent",
+	}
+	// The top-level llm.model problem is the top level's own (reported
+	// there), not repeated for every agent that inherits it.
+	for _, g := range got {
+		if strings.Contains(g, "llm.model: must not be empty") {
+			t.Errorf("inherited problem repeated: %s", g)
+		}
+	}
+	if diff := cmp.Diff(sorted(want), sorted(got)); diff != "" {
+		t.Errorf("problems (-want +got):\n%s", diff)
+	}
+}
+
+func sorted(s []string) []string { return slices.Sorted(slices.Values(s)) }
+
+// TestBindingsFirstMatchAndGlobs: bindings are tried in order, each field
+// a glob, left-out fields matching anything; no match is main.
+func TestBindingsFirstMatchAndGlobs(t *testing.T) {
+	set, err := build(t, `
+agents: {family: {}, work: {}, code: {}}
+bindings:
+  - {agent: family, channel: telegram, chat_id: "-100*"}
+  - {agent: code, channel: telegram, user_id: "7", is_group: false}
+  - {agent: work, channel: "sl[a-z]ck"}
+  - {agent: family, channel: telegram}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		sp      bus.Speaker
+		agent   string
+		binding int
+	}{
+		{bus.Speaker{Channel: "telegram", ChatID: "-100123", UserID: "7", IsGroup: true}, "family", 0},
+		{bus.Speaker{Channel: "telegram", ChatID: "7", UserID: "7"}, "code", 1},
+		{bus.Speaker{Channel: "telegram", ChatID: "-5", UserID: "7", IsGroup: true}, "family", 3},
+		{bus.Speaker{Channel: "slack", ChatID: "C1", ThreadID: "1.2", UserID: "U1"}, "work", 2},
+		{bus.Speaker{Channel: "console", ChatID: "me", UserID: "me"}, "main", -1},
+	}
+	for _, tt := range tests {
+		name, i := set.Which(tt.sp)
+		if name != tt.agent || i != tt.binding {
+			t.Errorf("Which(%+v) = %s, %d; want %s, %d", tt.sp, name, i, tt.agent, tt.binding)
+		}
+		if got := NewRouter(set).Resolve(tt.sp); got != tt.agent {
+			t.Errorf("Resolver(%+v) = %s, want %s", tt.sp, got, tt.agent)
+		}
+	}
+	if got := set.Bindings[1].String(); got != `{agent: code, channel: telegram, user_id: "7", is_group: false}` {
+		t.Errorf("String = %s", got)
+	}
+}
+
+// TestRouterSwap: a swapped set applies to the next Resolve, and Swap and
+// Resolve may run at once (go test -race).
+func TestRouterSwap(t *testing.T) {
+	work, err := build(t, "agents: {work: {}}\nbindings: [{agent: work, channel: slack}]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, err := build(t, "agents: {work: {}}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRouter(work)
+	sp := bus.Speaker{Channel: "slack", ChatID: "C1", UserID: "U1"}
+	if got := r.Resolve(sp); got != "work" {
+		t.Fatalf("Resolve = %s, want work", got)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 100 {
+			r.Swap(none)
+			r.Swap(work)
+		}
+	}()
+	for range 100 {
+		if got := r.Resolve(sp); got != "work" && got != Main {
+			t.Fatalf("Resolve = %s during swaps", got)
+		}
+	}
+	<-done
+	r.Swap(none)
+	if got := r.Resolve(sp); got != Main {
+		t.Errorf("after Swap: Resolve = %s, want main", got)
+	}
+}
