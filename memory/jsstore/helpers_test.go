@@ -79,12 +79,48 @@ func freshPrefix() string { return fmt.Sprintf("t%d", prefixes.Add(1)) }
 // configured routes, so the OS cannot pick them at listen time).
 func startCluster(t testing.TB, n int) []*server.Server {
 	t.Helper()
+	var servers []*server.Server
+	// A port picked free may be taken by another process before the
+	// server binds it (other tests start servers too): start again on
+	// fresh ports then.
+	for attempt := 1; ; attempt++ {
+		var err error
+		if servers, err = startClusterOnce(t, n); err == nil {
+			break
+		} else if attempt == 3 {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, s := range servers {
+			stopServer(s)
+		}
+	})
+	waitFor(t, 30*time.Second, "a JetStream meta leader that knows all peers", func() bool {
+		for _, s := range servers {
+			if s.JetStreamIsLeader() {
+				return len(s.JetStreamClusterPeers()) == n
+			}
+		}
+		return false
+	})
+	return servers
+}
+
+// startClusterOnce starts n routed servers on fresh ports; on an error
+// it stops what it started.
+func startClusterOnce(t testing.TB, n int) ([]*server.Server, error) {
 	ports := freePorts(t, n)
 	var routes []*url.URL
 	for _, p := range ports {
 		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
 	}
 	var servers []*server.Server
+	stopAll := func() {
+		for _, s := range servers {
+			stopServer(s)
+		}
+	}
 	for i := range n {
 		s, err := server.NewServer(&server.Options{
 			ServerName: fmt.Sprintf("n%d", i+1),
@@ -98,26 +134,19 @@ func startCluster(t testing.TB, n int) []*server.Server {
 			Routes:     routes,
 		})
 		if err != nil {
-			t.Fatalf("new server %d: %v", i+1, err)
+			stopAll()
+			return nil, fmt.Errorf("new server %d: %w", i+1, err)
 		}
 		s.Start()
-		t.Cleanup(func() { stopServer(s) })
 		servers = append(servers, s)
 	}
 	for i, s := range servers {
 		if !s.ReadyForConnections(20 * time.Second) {
-			t.Fatalf("server %d not ready", i+1)
+			stopAll()
+			return nil, fmt.Errorf("server %d not ready", i+1)
 		}
 	}
-	waitFor(t, 30*time.Second, "a JetStream meta leader that knows all peers", func() bool {
-		for _, s := range servers {
-			if s.JetStreamIsLeader() {
-				return len(s.JetStreamClusterPeers()) == n
-			}
-		}
-		return false
-	})
-	return servers
+	return servers, nil
 }
 
 // freePorts returns n loopback ports that were free a moment ago.
