@@ -262,17 +262,37 @@ func (l Live) busState(ctx context.Context) []health.Result {
 
 func lag(ctx context.Context, js jetstream.JetStream, streams natsbus.Streams) []health.Result {
 	name := "lag"
-	c, err := js.Consumer(ctx, streams.In, natsbus.ConsumerName)
-	var info *jetstream.ConsumerInfo
-	if err == nil {
-		info, err = c.Info(ctx)
-	}
+	st, err := js.Stream(ctx, streams.In)
 	if err != nil {
-		return one(name, health.Fail, "consumer %s/%s: %v", streams.In, natsbus.ConsumerName, err)
+		return one(name, health.Fail, "stream %s: %v", streams.In, err)
 	}
-	r := health.Result{Name: name, Status: health.OK, Detail: fmt.Sprintf("consumer %s/%s: %d waiting, %d being answered, %d redelivered",
-		streams.In, natsbus.ConsumerName, info.NumPending, info.NumAckPending, info.NumRedelivered)}
-	if info.NumPending >= LagWarn {
+	// The runtime's consumers: "agent", and "agent-p<k>" per partition
+	// (agent.partitions above 1).
+	var pending, acking, redelivered uint64
+	var names []string
+	list := st.ListConsumers(ctx)
+	for info := range list.Info() {
+		if info.Name != natsbus.ConsumerName && !strings.HasPrefix(info.Name, natsbus.ConsumerName+"-p") {
+			continue
+		}
+		names = append(names, info.Name)
+		pending += info.NumPending
+		acking += uint64(info.NumAckPending)
+		redelivered += uint64(info.NumRedelivered)
+	}
+	if err := list.Err(); err != nil {
+		return one(name, health.Fail, "consumers of %s: %v", streams.In, err)
+	}
+	if len(names) == 0 {
+		return one(name, health.Warn, "no agent consumer on %s yet: the daemon is starting, or its agent does not run", streams.In)
+	}
+	what := streams.In + "/" + names[0]
+	if len(names) > 1 {
+		what = fmt.Sprintf("%s/%s (%d consumers)", streams.In, natsbus.ConsumerName+"*", len(names))
+	}
+	r := health.Result{Name: name, Status: health.OK, Detail: fmt.Sprintf("consumer %s: %d waiting, %d being answered, %d redelivered",
+		what, pending, acking, redelivered)}
+	if pending >= LagWarn {
 		r.Status, r.Detail = health.Warn, r.Detail+": the agent is behind (a slow model? raise agent.max_concurrent_turns)"
 	}
 	return []health.Result{r}
