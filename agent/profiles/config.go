@@ -1,7 +1,7 @@
 // Package profiles turns the configuration's agents and bindings into the
 // runtime's agents: several agents in one daemon, each with its own
-// workspace (AGENT.md, USER.md, RULE.md, MEMORY.md, skills/), model, tools,
-// limits and memory, and the ordered bindings that pick the agent of a new
+// workspace (AGENT.md, USER.md, RULE.md, MEMORY.md, HEARTBEAT.md, skills/),
+// model, tools, limits, memory and heartbeat (agent/heartbeat), and the ordered bindings that pick the agent of a new
 // session (docs/agents.md).
 //
 // # Configuration
@@ -44,6 +44,7 @@ import (
 	"sync/atomic"
 
 	"github.com/switchboard-chat/switchboard/agent"
+	"github.com/switchboard-chat/switchboard/agent/heartbeat"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/config"
 	"github.com/switchboard-chat/switchboard/llm"
@@ -80,6 +81,8 @@ type Spec struct {
 	LLM       llm.Config   `yaml:"llm"`
 	Agent     agent.Config `yaml:"agent"`
 	Tools     tools.Config `yaml:"tools"`
+	// Heartbeat is the agent's heartbeat (off by default; agent/heartbeat).
+	Heartbeat heartbeat.Config `yaml:"heartbeat"`
 	// DataDir holds the agent's tools.db and memory index: data_dir for
 	// main, data_dir/agents/<name> for the others.
 	DataDir string `yaml:"-"`
@@ -157,7 +160,15 @@ type Set struct {
 
 // Which returns the agent that answers a new session whose first message
 // is from s, and the index of the binding that matched (-1: none, main).
+//
+// A heartbeat session (channel heartbeat, agent/heartbeat) is the agent its
+// chat names, whatever the bindings say.
 func (s Set) Which(sp bus.Speaker) (name string, binding int) {
+	if sp.Channel == heartbeat.Channel {
+		if _, ok := s.Agent(sp.ChatID); ok {
+			return sp.ChatID, -1
+		}
+	}
 	for i, b := range s.Bindings {
 		if b.Matches(sp) {
 			return b.Agent, i
@@ -186,6 +197,15 @@ func (r *Router) Swap(set Set) { r.set.Store(&set) }
 func (r *Router) Resolve(sp bus.Speaker) string {
 	name, _ := r.set.Load().Which(sp)
 	return name
+}
+
+// Heartbeats are every agent's heartbeat settings, main first.
+func (s Set) Heartbeats() []heartbeat.Agent {
+	out := make([]heartbeat.Agent, 0, len(s.Agents))
+	for _, a := range s.Agents {
+		out = append(out, heartbeat.Agent{Name: a.Name, Config: a.Heartbeat})
+	}
+	return out
 }
 
 // Main returns the agent main (the zero Spec in the zero Set).
@@ -286,6 +306,9 @@ func decodeSpec(d Defaults, name string, node config.Node, inherited map[string]
 		if !inherited[err.Error()] {
 			errs = append(errs, fmt.Errorf("%s.%w", key, err))
 		}
+	}
+	for _, err := range config.Problems(spec.Heartbeat.Validate()) {
+		errs = append(errs, fmt.Errorf("%s.%w", key, err))
 	}
 	return spec, errs
 }
