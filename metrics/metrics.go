@@ -111,7 +111,9 @@ func New() *Metrics {
 }
 
 // Heartbeat counts a heartbeat outcome of agent (agent/heartbeat).
-func (m *Metrics) Heartbeat(agent, outcome string) { m.heartbeats.WithLabelValues(agent, outcome).Inc() }
+func (m *Metrics) Heartbeat(agent, outcome string) {
+	m.heartbeats.WithLabelValues(agent, outcome).Inc()
+}
 
 // Gatherer is the registry, for in-process readers (the web console's
 // dashboard).

@@ -253,7 +253,7 @@ func describe(c Config) string {
 // follows the direct chats (with Options.Conn), then returns nil.
 func (r *Runner) Run(ctx context.Context) error {
 	if c := r.opt.Conn; c != nil {
-		out, err := c.Subscribe(r.opt.Subjects.Out(Channel, "*"), func(m *nats.Msg) { r.relay(ctx, m.Data) })
+		out, err := c.Subscribe(r.opt.Subjects.OutChannel(Channel), func(m *nats.Msg) { r.relay(ctx, m.Data) })
 		if err != nil {
 			return fmt.Errorf("heartbeat: follow answers: %w", err)
 		}

@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"syscall"
 
 	"github.com/switchboard-chat/switchboard/access"
+	"github.com/switchboard-chat/switchboard/agent/heartbeat"
 	"github.com/switchboard-chat/switchboard/agent/profiles"
 	webch "github.com/switchboard-chat/switchboard/channels/web"
 	"github.com/switchboard-chat/switchboard/internal/buildinfo"
@@ -87,6 +89,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		})
 	case "agents":
 		err = profiles.RunVerb(args, stdout, stderr, LoadConfig)
+	case "heartbeat":
+		err = heartbeat.RunVerb(ctx, args, stdout, stderr, func(p, url string) (heartbeat.Daemon, error) {
+			c, _, err := LoadConfig(p) // a loaded configuration's agents are valid
+			set, _ := c.Profiles()
+			op, oerr := operator(c, url)
+			return heartbeat.Daemon{Agents: set.Heartbeats(), Operator: op, Bus: c.Bus}, errors.Join(err, oerr)
+		})
 	case "version", "--version":
 		fmt.Fprintln(stdout, buildinfo.String("switchboard", version))
 		return 0

@@ -17,6 +17,7 @@ import (
 	"github.com/switchboard-chat/switchboard/access"
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/agent"
+	"github.com/switchboard-chat/switchboard/agent/heartbeat"
 	"github.com/switchboard-chat/switchboard/agent/profiles"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
 	webch "github.com/switchboard-chat/switchboard/channels/web"
@@ -189,6 +190,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	g.Go(func() error {
 		return memory.Pruner{Store: hist, Retention: cfg.Memory.RetentionPeriod(), Log: log}.Run(gctx)
 	})
+	router := profiles.NewRouter(set)
 	gate := access.New(cfg.Access, cfg.DataDir, access.Options{Log: log}) // data_dir/access.db, read at each decision
 	mgr, err := agent.NewManager(cfg.Agent, agent.Options{
 		Subjects:        b.Subjects(),
@@ -202,11 +204,17 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		ReadFile:        ws.ReadText,
 		Heartbeat:       b.Heartbeat(), // a third of the consumers' AckWait
 	}, agent.Deps{Source: b, Publisher: b, Store: store, Model: reqlog.Model{Next: model, R: reqs}, Tools: built.Toolbox, Prompts: ws, Log: log,
-		Summarizer: agent.SummarizerFor(cfg.LLM.Configured(), model), Observer: mx, Skills: built.Skills, Memory: mem, Pairing: gate, Agents: agent.Agents{Profiles: others.Profiles, Resolve: profiles.NewRouter(set).Resolve}})
+		Summarizer: agent.SummarizerFor(cfg.LLM.Configured(), model), Observer: mx, Skills: built.Skills, Memory: mem, Pairing: gate, Agents: agent.Agents{Profiles: others.Profiles, Resolve: router.Resolve}})
 	if err != nil {
 		return err
 	}
 	mx.Runtime(mgr, b)
+	hb, err := heartbeat.Open(heartbeat.Options{Subjects: b.Subjects(), Publisher: b, Conn: b.Conn(), DataDir: cfg.DataDir,
+		Busy: heartbeat.Running(mgr.Sessions), Resolve: router.Resolve, Observer: mx, Log: log}, set.Heartbeats())
+	if err != nil {
+		return err
+	}
+	g.Go(func() error { defer hb.Close(); return hb.Run(gctx) })
 	g.Go(func() error {
 		return b.Announce(gctx, natsbus.Instance{Version: version, Started: t0}, adm.Addr, adm.SetDetail)
 	})
