@@ -146,13 +146,10 @@ type Runner struct {
 	last   map[string]Target // agent → last direct chat
 }
 
-// Open opens data_dir/heartbeat.db and returns a runner of agents (those
-// whose heartbeat is off are held for `heartbeat now` and relays only).
-// Close it after Run returned.
-func Open(opt Options, agents []Agent) (*Runner, error) {
-	if opt.Publisher == nil {
-		return nil, errors.New("heartbeat: a publisher is required")
-	}
+// New returns a runner of agents (those whose heartbeat is off are held
+// for `heartbeat now` and relays only). It does no I/O: Run opens
+// data_dir/heartbeat.db and closes it when it returns.
+func New(opt Options, agents []Agent) *Runner {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
@@ -162,25 +159,35 @@ func Open(opt Options, agents []Agent) (*Runner, error) {
 	if opt.Subjects.Prefix == "" {
 		opt.Subjects.Prefix = "chat"
 	}
-	db, err := bolt.Open(filepath.Join(opt.DataDir, FileName), 0o600, &bolt.Options{Timeout: 5 * time.Second})
-	if err != nil {
-		return nil, fmt.Errorf("heartbeat: open state: %w", err)
-	}
-	r := &Runner{opt: opt, db: db, wake: make(chan struct{}, 1), slots: map[string]int64{}, last: map[string]Target{}}
-	if err := r.load(); err != nil {
-		_ = db.Close()
-		return nil, err
-	}
+	r := &Runner{opt: opt, wake: make(chan struct{}, 1)}
 	r.Swap(agents)
-	return r, nil
+	return r
 }
 
-// Close closes the state file.
-func (r *Runner) Close() error { return r.db.Close() }
+// open opens the state file and reads it.
+func (r *Runner) open() error {
+	if r.opt.Publisher == nil {
+		return errors.New("heartbeat: a publisher is required")
+	}
+	db, err := bolt.Open(filepath.Join(r.opt.DataDir, FileName), 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return fmt.Errorf("heartbeat: open state: %w", err)
+	}
+	slots, last, err := load(db)
+	if err != nil {
+		_ = db.Close()
+		return err
+	}
+	r.mu.Lock()
+	r.db, r.slots, r.last = db, slots, last
+	r.mu.Unlock()
+	return nil
+}
 
 // load reads the recorded slots and last chats.
-func (r *Runner) load() error {
-	err := r.db.Update(func(tx *bolt.Tx) error {
+func load(db *bolt.DB) (slots map[string]int64, last map[string]Target, err error) {
+	slots, last = map[string]int64{}, map[string]Target{}
+	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{bucketSlots, bucketLast} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
@@ -189,7 +196,7 @@ func (r *Runner) load() error {
 		if err := tx.Bucket(bucketSlots).ForEach(func(k, v []byte) error {
 			n, err := strconv.ParseInt(string(v), 10, 64)
 			if err == nil {
-				r.slots[string(k)] = n
+				slots[string(k)] = n
 			}
 			return nil
 		}); err != nil {
@@ -198,15 +205,15 @@ func (r *Runner) load() error {
 		return tx.Bucket(bucketLast).ForEach(func(k, v []byte) error {
 			var t Target
 			if json.Unmarshal(v, &t) == nil {
-				r.last[string(k)] = t
+				last[string(k)] = t
 			}
 			return nil
 		})
 	})
 	if err != nil {
-		return fmt.Errorf("heartbeat: load state: %w", err)
+		return nil, nil, fmt.Errorf("heartbeat: load state: %w", err)
 	}
-	return nil
+	return slots, last, nil
 }
 
 // Swap puts agents' heartbeats in force (a configuration reload) and
@@ -252,6 +259,10 @@ func describe(c Config) string {
 // Run fires the heartbeats until ctx ends, relays their answers and
 // follows the direct chats (with Options.Conn), then returns nil.
 func (r *Runner) Run(ctx context.Context) error {
+	if err := r.open(); err != nil {
+		return err
+	}
+	defer func() { _ = r.db.Close() }()
 	if c := r.opt.Conn; c != nil {
 		out, err := c.Subscribe(r.opt.Subjects.OutChannel(Channel), func(m *nats.Msg) { r.relay(ctx, m.Data) })
 		if err != nil {
@@ -373,7 +384,7 @@ func (r *Runner) target(name string, c Config) (Target, bool) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	t, ok := r.last[name]
+	t, ok := r.last[name] // nil before Run: none
 	return t, ok
 }
 

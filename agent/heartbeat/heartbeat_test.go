@@ -98,19 +98,13 @@ var telegram42 = Target{Channel: "telegram", ChatID: "42"}
 func start(t *testing.T, dir string, pub Publisher, opt Options, agents ...Agent) (r *Runner, stop func()) {
 	t.Helper()
 	opt.DataDir, opt.Publisher = dir, pub
-	r, err := Open(opt, agents)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r = New(opt, agents)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	return r, func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Error(err)
-		}
-		if err := r.Close(); err != nil {
 			t.Error(err)
 		}
 	}
@@ -265,6 +259,7 @@ func TestLastDirectChat(t *testing.T) {
 		stop()
 		r, stop = start(t, dir, b, Options{Resolve: resolve, Observer: obs}, Agent{Name: "main", Config: Config{Every: 10 * time.Minute, To: Target{Last: true}}})
 		defer stop()
+		synctest.Wait() // the restarted runner has read its state
 		r.relay(context.Background(), final("main", "hb:main:1", bus.KindReply, "Your train leaves at 9."))
 		got := b.outbound()
 		if len(got) != 1 || got[0].Channel != "telegram" || got[0].ChatID != "7" {
@@ -283,11 +278,7 @@ func final(agent, inReplyTo, kind, text string) []byte {
 // delta send nothing.
 func TestRelaySendsOrStaysSilent(t *testing.T) {
 	b, obs := newFakeBus(), &counts{}
-	r, err := Open(Options{DataDir: t.TempDir(), Publisher: b, Observer: obs}, []Agent{{Name: "main", Config: Config{Every: time.Hour, To: telegram42}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := New(Options{DataDir: t.TempDir(), Publisher: b, Observer: obs}, []Agent{{Name: "main", Config: Config{Every: time.Hour, To: telegram42}}})
 	ctx := t.Context()
 	for _, text := range []string{"HEARTBEAT_OK", "", "  **HEARTBEAT_OK.**\n", "heartbeat_ok"} {
 		r.relay(ctx, final("main", "hb:main:1", bus.KindReply, text))

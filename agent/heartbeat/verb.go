@@ -43,7 +43,7 @@ func RunVerb(ctx context.Context, args []string, stdout, stderr io.Writer, load 
 	fs := flag.NewFlagSet("heartbeat now", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "configuration file (default ./config.yaml when it exists, else the built-in defaults)")
-	busURL := fs.String("url", "", "NATS URL of the bus, credentials in it; default: the configuration's bus, as an operator")
+	busURL := natsbus.URLFlag(fs)
 	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for the turn's outcome (0: do not wait)")
 	if err := cli.Parse(fs, flags); err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
 	webch "github.com/switchboard-chat/switchboard/channels/web"
 	"github.com/switchboard-chat/switchboard/internal/kvstate"
+	"github.com/switchboard-chat/switchboard/internal/reload"
 	"github.com/switchboard-chat/switchboard/internal/reqlog"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory"
@@ -209,12 +211,15 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return err
 	}
 	mx.Runtime(mgr, b)
-	hb, err := heartbeat.Open(heartbeat.Options{Subjects: b.Subjects(), Publisher: b, Conn: b.Conn(), DataDir: cfg.DataDir,
+	hb := heartbeat.New(heartbeat.Options{Subjects: b.Subjects(), Publisher: b, Conn: b.Conn(), DataDir: cfg.DataDir,
 		Busy: heartbeat.Running(mgr.Sessions), Resolve: router.Resolve, Observer: mx, Log: log}, set.Heartbeats())
-	if err != nil {
-		return err
-	}
-	g.Go(func() error { defer hb.Close(); return hb.Run(gctx) })
+	g.Go(func() error { return hb.Run(gctx) })
+	rl := reload.New(cfg, func() (Config, error) { c, _, err := LoadConfig(cfg.file); return c, err }, func(next Config) []string {
+		set, _ := next.Profiles() // valid once loaded
+		return slices.Concat(router.Reload(set), hb.Swap(set.Heartbeats()), gate.SetConfig(next.Access))
+	}, log, "bindings", "agents", "llm", "agent", "tools", "access") // main's llm/agent/tools: router.Reload reports them
+	adm.Handle("POST /reload", rl)
+	g.Go(func() error { return rl.Run(gctx) })
 	g.Go(func() error {
 		return b.Announce(gctx, natsbus.Instance{Version: version, Started: t0}, adm.Addr, adm.SetDetail)
 	})

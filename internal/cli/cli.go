@@ -187,6 +187,17 @@ var Verbs = []Verb{
 		},
 	},
 	{
+		Name: "reload", Summary: "make the running daemon re-read its configuration (as SIGHUP does)",
+		About: "Asks the running daemon to re-read its configuration file, with POST /reload on\n" +
+			"its admin listener (admin.listen, loopback by default; SIGHUP does the same).\n" +
+			"Bindings, agents' heartbeats and access (dm_policy, owners) change at once;\n" +
+			"every other change (listeners, data_dir, bus, memory, channels, an agent's\n" +
+			"model or tools) is listed as kept until restart. A configuration with a\n" +
+			"problem is refused whole, every problem is printed, and the running one stays.",
+		Flags:    []Flag{configFlag, {Name: "admin", Arg: "URL"}},
+		Examples: []string{"switchboard reload", "switchboard reload --admin http://127.0.0.1:9090", "kill -HUP $(pidof switchboard)"},
+	},
+	{
 		Name: "web", Summary: "the web console (channels.web)",
 		Subs: []Verb{
 			{

@@ -34,6 +34,8 @@ function __switchboard_valued
             printf '%s\n' config channel chat user thread
         case 'heartbeat now'
             printf '%s\n' config url wait
+        case 'reload'
+            printf '%s\n' config admin
         case 'web pair'
             printf '%s\n' config user
         case 'pairing approve'
@@ -90,6 +92,7 @@ complete -c switchboard -n '__switchboard_at \'\'' -a 'history' -d 'list, export
 complete -c switchboard -n '__switchboard_at \'\'' -a 'status' -d 'list the instances on the bus and the partitions each owns'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'agents' -d 'list the agents and bindings, or show which agent answers a chat (offline)'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'heartbeat' -d 'run an agent\'s heartbeat turn now, on the running daemon'
+complete -c switchboard -n '__switchboard_at \'\'' -a 'reload' -d 'make the running daemon re-read its configuration (as SIGHUP does)'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'web' -d 'the web console (channels.web)'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'pairing' -d 'approve, list or revoke users let in by a pairing code (access.dm_policy)'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'demo' -d 'a self-contained demo with a scripted model'
@@ -175,6 +178,9 @@ complete -c switchboard -n '__switchboard_at \'heartbeat now\'' -l config -r -F
 complete -c switchboard -n '__switchboard_at \'heartbeat now\'' -l url -x
 complete -c switchboard -n '__switchboard_at \'heartbeat now\'' -l wait -x
 complete -c switchboard -n '__switchboard_at \'heartbeat now\'' -l help
+complete -c switchboard -n '__switchboard_at \'reload\'' -l config -r -F
+complete -c switchboard -n '__switchboard_at \'reload\'' -l admin -x
+complete -c switchboard -n '__switchboard_at \'reload\'' -l help
 complete -c switchboard -n '__switchboard_at \'web\'' -a 'pair' -d 'print a one-time login code for the web console'
 complete -c switchboard -n '__switchboard_at \'web\'' -l help
 complete -c switchboard -n '__switchboard_at \'web pair\'' -l config -r -F
@@ -222,6 +228,7 @@ complete -c switchboard -n '__switchboard_at \'help\'' -a 'history' -d 'list, ex
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'status' -d 'list the instances on the bus and the partitions each owns'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'agents' -d 'list the agents and bindings, or show which agent answers a chat (offline)'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'heartbeat' -d 'run an agent\'s heartbeat turn now, on the running daemon'
+complete -c switchboard -n '__switchboard_at \'help\'' -a 'reload' -d 'make the running daemon re-read its configuration (as SIGHUP does)'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'web' -d 'the web console (channels.web)'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'pairing' -d 'approve, list or revoke users let in by a pairing code (access.dm_policy)'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'demo' -d 'a self-contained demo with a scripted model'
