@@ -337,3 +337,31 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestSwapChangesSchedules: a reload's heartbeats apply at once (a new
+// schedule fires in its slot, a removed one stops) and each change is
+// described.
+func TestSwapChangesSchedules(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newFakeBus()
+		r, stop := start(t, t.TempDir(), b, Options{}, Agent{Name: "main"})
+		defer stop()
+		at(t, "00:30")
+		changes := r.Swap([]Agent{{Name: "main", Config: Config{Every: time.Hour, To: telegram42}}})
+		if len(changes) != 1 || changes[0] != "agents.main.heartbeat: every 1h0m0s to telegram/42" {
+			t.Fatalf("changes %q", changes)
+		}
+		synctest.Wait()
+		at(t, "01:10")
+		if got, want := b.ids(), []string{slotID("main", "00:00"), slotID("main", "01:00")}; !slices.Equal(got, want) {
+			t.Fatalf("fired %v, want %v (the current slot at once, then the next)", got, want)
+		}
+		if changes := r.Swap([]Agent{{Name: "main"}}); len(changes) != 1 || changes[0] != "agents.main.heartbeat: off" {
+			t.Fatalf("changes %q", changes)
+		}
+		at(t, "03:00")
+		if n := len(b.ids()); n != 2 {
+			t.Fatalf("fired %d after the heartbeat was turned off", n)
+		}
+	})
+}
