@@ -61,7 +61,7 @@ import (
 
 // Channel is the channel of heartbeat turns: their session is
 // "heartbeat/<agent>".
-const Channel = "heartbeat"
+const Channel = bus.HeartbeatChannel
 
 // User is the user id of heartbeat turns.
 const User = "heartbeat"
