@@ -12,11 +12,14 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/internal/polltest"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
@@ -271,7 +274,17 @@ func TestBusContextVerb(t *testing.T) {
 func TestCheckAgainstRunningDaemon(t *testing.T) {
 	cfg := testConfig(t, "http://127.0.0.1:1/v1")
 	cfg.Bus.Listen = freePort(t)
-	startDaemon(t, cfg)
+	d := startDaemon(t, cfg)
+	// The manager creates its consumer afresh once it runs, which may be
+	// just after the daemon says it started.
+	js, err := jetstream.New(d.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	polltest.Until(t, wait, 10*time.Millisecond, func() bool {
+		_, err := js.Consumer(t.Context(), "CHAT_IN", natsbus.ConsumerName)
+		return err == nil
+	}, func() string { return "the manager's consumer CHAT_IN/agent was not created" })
 	env := checkEnv{busListen: cfg.Bus.Listen, dataDir: cfg.DataDir}
 	_, out := runCheckFile(t, env.yaml(t))
 	wantLine(t, out, "daemon", "OK", "running: its embedded bus nats://"+cfg.Bus.Listen+" takes the operator credential; checking it live")

@@ -214,7 +214,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	hb := heartbeat.New(heartbeat.Options{Subjects: b.Subjects(), Publisher: b, Conn: b.Conn(), DataDir: cfg.DataDir,
 		Busy: heartbeat.Running(mgr.Sessions), Resolve: router.Resolve, Observer: mx, Log: log}, set.Heartbeats())
 	g.Go(func() error { return hb.Run(gctx) })
-	rl := reload.New(cfg, func() (Config, error) { c, _, err := LoadConfig(cfg.file); return c, err }, func(next Config) []string {
+	rl := reload.New(cfg, func() (Config, error) { c, _, err := LoadConfig(cfg.File); return c, err }, func(next Config) []string {
 		set, _ := next.Profiles() // valid once loaded
 		return slices.Concat(router.Reload(set), hb.Swap(set.Heartbeats()), gate.SetConfig(next.Access))
 	}, log, "bindings", "agents", "llm", "agent", "tools", "access") // main's llm/agent/tools: router.Reload reports them
