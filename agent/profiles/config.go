@@ -364,8 +364,8 @@ func (s Set) names() []string {
 // a line per change for the reload's log: the bindings applied; an agent's
 // other settings (workspace, model, tools, limits) and agents added or
 // removed are kept as they run until a restart, so a binding to an agent
-// that does not run yet picks main until then. Heartbeats are the
-// heartbeat runner's (heartbeat.Runner.Swap).
+// that does not run yet picks main until then. The running agents'
+// heartbeats become next's ([Router.Heartbeats], for heartbeat.Runner.Swap).
 func (r *Router) Reload(next Set) []string {
 	old := r.set.Load()
 	var lines []string
@@ -388,7 +388,15 @@ func (r *Router) Reload(next Set) []string {
 		}
 	}
 	run := next
-	run.Agents = old.Agents // the agents running; only their bindings change
+	run.Agents = slices.Clone(old.Agents) // the agents running, with next's heartbeats (off when removed)
+	for i, a := range run.Agents {
+		n, _ := next.Agent(a.Name)
+		run.Agents[i].Heartbeat = n.Heartbeat
+	}
 	r.Swap(run)
 	return lines
 }
+
+// Heartbeats are the heartbeats of the agents running, as the last Reload
+// set them.
+func (r *Router) Heartbeats() []heartbeat.Agent { return r.set.Load().Heartbeats() }

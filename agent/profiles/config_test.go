@@ -261,3 +261,54 @@ bindings:
 		t.Errorf("console goes to %s, want work", name)
 	}
 }
+
+// TestRouterReload: new bindings and the running agents' heartbeats apply;
+// an agent's other settings and a new agent are reported kept until
+// restart, and a binding to the new agent picks main meanwhile.
+func TestRouterReload(t *testing.T) {
+	old, err := build(t, "agents: {work: {}}\nbindings: [{agent: work, channel: slack}]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := build(t, `
+agents:
+  work:
+    llm: {model: other}
+    heartbeat: {every: 1h, to: {channel: slack, chat_id: C1}}
+  pets:
+    heartbeat: {every: 1h, to: last}
+bindings:
+  - {agent: work, channel: console}
+  - {agent: pets, channel: telegram}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRouter(old)
+	lines := r.Reload(next)
+	want := []string{
+		"bindings: applied (2 bindings) for new sessions; running sessions keep their agent",
+		"agents.pets: new agent kept until restart (its sessions get main until then)",
+		"agents.work: workspace, llm, agent and tools settings kept until restart",
+	}
+	if diff := cmp.Diff(want, lines); diff != "" {
+		t.Errorf("lines (-want +got):\n%s", diff)
+	}
+	for sp, agent := range map[bus.Speaker]string{
+		{Channel: "console", ChatID: "1", UserID: "1"}: "work",
+		{Channel: "slack", ChatID: "C1", UserID: "U1"}: Main,
+	} {
+		if got := r.Resolve(sp); got != agent {
+			t.Errorf("Resolve(%v) = %s, want %s", sp, got, agent)
+		}
+	}
+	var names []string
+	for _, h := range r.Heartbeats() {
+		if h.Config.Enabled() {
+			names = append(names, h.Name)
+		}
+	}
+	if !slices.Equal(names, []string{"work"}) {
+		t.Errorf("heartbeats on: %v, want work only (pets does not run yet)", names)
+	}
+}

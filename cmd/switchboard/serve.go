@@ -216,7 +216,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	g.Go(func() error { return hb.Run(gctx) })
 	rl := reload.New(cfg, func() (Config, error) { c, _, err := LoadConfig(cfg.File); return c, err }, func(next Config) []string {
 		set, _ := next.Profiles() // valid once loaded
-		return slices.Concat(router.Reload(set), hb.Swap(set.Heartbeats()), gate.SetConfig(next.Access))
+		return slices.Concat(router.Reload(set), hb.Swap(router.Heartbeats()), gate.SetConfig(next.Access))
 	}, log, "bindings", "agents", "llm", "agent", "tools", "access") // main's llm/agent/tools: router.Reload reports them
 	adm.Handle("POST /reload", rl)
 	g.Go(func() error { return rl.Run(gctx) })
