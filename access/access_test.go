@@ -244,3 +244,21 @@ func TestVerb(t *testing.T) {
 		t.Fatalf("approve without code: %v", err)
 	}
 }
+
+// TestSetConfigAppliesAtOnce: a configuration reload's policies and owners
+// decide the next message.
+func TestSetConfigAppliesAtOnce(t *testing.T) {
+	s, _, _ := newTestStore(t, Config{DMPolicy: map[string]Policy{"telegram": Allowlist}})
+	if d := s.Check("telegram", "5", "", true); d.Admit || s.Owner("telegram", "5") {
+		t.Fatalf("before: %+v", d)
+	}
+	if lines := s.SetConfig(Config{DMPolicy: map[string]Policy{"telegram": Open}, Owners: []string{"telegram:5"}}); len(lines) != 1 {
+		t.Fatalf("changes %q", lines)
+	}
+	if d := s.Check("telegram", "5", "", true); !d.Admit || !s.Owner("telegram", "5") {
+		t.Fatalf("after the reload: %+v, owner %t", d, s.Owner("telegram", "5"))
+	}
+	if lines := s.SetConfig(Config{DMPolicy: map[string]Policy{"telegram": Open}, Owners: []string{"telegram:5"}}); len(lines) != 0 {
+		t.Errorf("an unchanged section reported %q", lines)
+	}
+}

@@ -12,9 +12,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -90,7 +92,7 @@ type Options struct {
 // Store is the gate and the pairing state of one data_dir. Safe for
 // concurrent use, also across processes.
 type Store struct {
-	cfg  Config
+	cfg  atomic.Pointer[Config] // swapped by a configuration reload (SetConfig)
 	path string
 	now  func() time.Time
 	log  *slog.Logger
@@ -108,24 +110,37 @@ func New(cfg Config, dataDir string, opt Options) *Store {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{cfg: cfg, path: filepath.Join(dataDir, FileName), now: opt.Now, log: opt.Log, gen: newCode, busy: map[string]time.Time{}}
+	s := &Store{path: filepath.Join(dataDir, FileName), now: opt.Now, log: opt.Log, gen: newCode, busy: map[string]time.Time{}}
+	s.cfg.Store(&cfg)
+	return s
+}
+
+// SetConfig puts cfg (dm_policy, owners) in force for the
+// decisions from now on (a configuration reload) and returns a line per
+// changed key, for the reload's log.
+func (s *Store) SetConfig(cfg Config) []string {
+	old := s.cfg.Swap(&cfg)
+	if reflect.DeepEqual(*old, cfg) {
+		return nil
+	}
+	return []string{"access: applied (dm_policy and owners in force from the next message)"}
 }
 
 // Owner reports whether channel:user is in access.owners.
-func (s *Store) Owner(channel, user string) bool { return s.cfg.Owner(channel, user) }
+func (s *Store) Owner(channel, user string) bool { return s.cfg.Load().Owner(channel, user) }
 
 // Check decides for a user who is not on the channel's allow_users list
 // (the adapter checked that first); direct reports a direct chat, name is
 // the user's display name (for `pairing list`).
 func (s *Store) Check(channel, user, name string, direct bool) Decision {
 	who := channel + ":" + user
-	if s.cfg.Owner(channel, user) {
+	if s.cfg.Load().Owner(channel, user) {
 		return Decision{Admit: true}
 	}
 	ok, err := s.approved(who)
 	if err != nil {
 		s.log.Error("access: could not read the approved users; refusing", "user", who, "err", err)
-		if direct && s.cfg.Policy(channel) == Pairing {
+		if direct && s.cfg.Load().Policy(channel) == Pairing {
 			return Decision{Pairing: true, Reply: "Sorry, I cannot check who may talk to me right now. Please write again later."}
 		}
 		return Decision{}
@@ -136,7 +151,7 @@ func (s *Store) Check(channel, user, name string, direct bool) Decision {
 	case !direct:
 		return Decision{}
 	}
-	switch s.cfg.Policy(channel) {
+	switch s.cfg.Load().Policy(channel) {
 	case Open:
 		return Decision{Admit: true}
 	case Pairing:

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/agent/heartbeat"
 	"github.com/switchboard-chat/switchboard/agent/loop"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/memory"
@@ -123,7 +124,7 @@ func (s *session) fit(ctx context.Context, p *turnPlan) bool {
 		return false
 	}
 	b := budget(env.cfg.MaxContextTokens, env.opt.ContextWindow, env.opt.MaxOutputTokens, loop.TextTokens(system)+userTokens)
-	p.kept, p.dropped = fitContext(s.conv.history, env.cfg.MaxContextTurns-1, b)
+	p.kept, p.dropped = fitContext(s.conv.history, s.contextTurns()-1, b)
 	if len(p.dropped) > 0 {
 		s.conv.history = p.kept
 		s.summarize(ctx, p.dropped)
@@ -155,7 +156,7 @@ func (s *session) runLoop(ctx context.Context, p *turnPlan) (loop.Result, error)
 		User:      p.users[0],
 		More:      p.users[1:],
 		Session:   tools.Session{Key: s.key, Speaker: in.Speaker()},
-		Proactive: in.Meta["scheduled_task"] != "",
+		Proactive: in.Meta["scheduled_task"] != "" || in.Channel == heartbeat.Channel,
 		Sink:      p.sink,
 		Steer:     &s.steer,
 		Log:       p.log,
@@ -231,12 +232,21 @@ func collectedFinals(batch []item, kind, text string, seq int) []answered {
 	return out
 }
 
+// contextTurns bounds the turns of the session's context: a heartbeat
+// session (agent/heartbeat) keeps only its last heartbeat.KeepTurns.
+func (s *session) contextTurns() int {
+	if strings.HasPrefix(s.key, heartbeat.Channel+"/") {
+		return min(s.env.cfg.MaxContextTurns, heartbeat.KeepTurns)
+	}
+	return s.env.cfg.MaxContextTurns
+}
+
 // load fills the session's context cache from the store on first use.
 func (s *session) load(ctx context.Context) bool {
 	if s.conv.loaded {
 		return true
 	}
-	snap, err := s.env.deps.Store.Load(ctx, s.key, s.env.cfg.MaxContextTurns)
+	snap, err := s.env.deps.Store.Load(ctx, s.key, s.contextTurns())
 	if err != nil {
 		s.env.log.Error("history load failed; message left for redelivery", "session", s.key, "err", err)
 		return false

@@ -17,6 +17,10 @@ const (
 	EventReasoningDelta = "reasoning_delta"
 	// EventStepEnd marks the end of one model step (a call and its tools).
 	EventStepEnd = "step_end"
+	// EventHeartbeat reports a heartbeat's outcome (agent/heartbeat):
+	// data.outcome is fired, skipped_busy, skipped_no_target, sent, silent
+	// or failed.
+	EventHeartbeat = "heartbeat"
 )
 
 // Event is an agent event for observers (UIs, logs, tests), published with

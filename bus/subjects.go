@@ -14,6 +14,11 @@ const DefaultPrefix = "chat"
 // from it is well-formed; bridges should not name a channel "_invalid".
 const InvalidChannel = "_invalid"
 
+// HeartbeatChannel is the channel of the agents' heartbeat turns
+// (agent/heartbeat), which only the daemon and its operator publish: no
+// bridge may claim it.
+const HeartbeatChannel = "heartbeat"
+
 // MaxChannelBytes is the longest channel instance name ([ValidChannel]).
 const MaxChannelBytes = 32
 

@@ -236,7 +236,7 @@ func parseUnit(t *testing.T, path string) unit {
 // serviceKeys are the [Service] keys the files may use: a misspelt key is
 // ignored by systemd with a warning, which would silently drop hardening.
 var serviceKeys = []string{
-	"Type", "User", "Group", "EnvironmentFile", "WorkingDirectory", "StateDirectory", "ExecStart", "KillSignal",
+	"Type", "User", "Group", "EnvironmentFile", "WorkingDirectory", "StateDirectory", "ExecStart", "ExecReload", "KillSignal",
 	"TimeoutStopSec", "Restart", "RestartSec", "NoNewPrivileges", "ProtectSystem", "ReadWritePaths", "ProtectHome",
 	"PrivateTmp", "PrivateDevices", "ProtectKernelTunables", "ProtectKernelModules", "ProtectKernelLogs",
 	"ProtectControlGroups", "ProtectClock", "ProtectHostname", "RestrictNamespaces", "RestrictRealtime",

@@ -47,6 +47,7 @@ type Metrics struct {
 	redelivered  *prometheus.CounterVec
 	inboundDups  *prometheus.CounterVec
 	collected    *prometheus.CounterVec
+	heartbeats   *prometheus.CounterVec
 
 	mu       sync.Mutex
 	channels map[string]bool
@@ -99,12 +100,19 @@ func New() *Metrics {
 		Help: "Inbound deliveries of messages already answered (receipt found): nothing processed or shown again, by channel."}, []string{"channel"})
 	m.collected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_collected_messages_total",
 		Help: "Inbound messages answered together with others in one turn (agent.queue_mode collect), by channel."}, []string{"channel"})
-	for _, c := range []prometheus.Collector{m.inbound, m.outbound, m.turns, m.turnDuration, m.llmRequests, m.llmTokens,
+	m.heartbeats = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_heartbeats_total",
+		Help: "Heartbeat slots and answers by agent and outcome (fired, skipped_busy, skipped_no_target, sent, silent, failed)."}, []string{"agent", "outcome"})
+	for _, c := range []prometheus.Collector{m.heartbeats, m.inbound, m.outbound, m.turns, m.turnDuration, m.llmRequests, m.llmTokens,
 		m.llmDuration, m.toolCalls, m.toolDuration, m.breakerTrips, m.rollbacks, m.commit, m.inFlight, m.storeFails, m.rateWaits, m.platform,
 		m.outDups, m.redelivered, m.inboundDups, m.collected} {
 		f(c)
 	}
 	return m
+}
+
+// Heartbeat counts a heartbeat outcome of agent (agent/heartbeat).
+func (m *Metrics) Heartbeat(agent, outcome string) {
+	m.heartbeats.WithLabelValues(agent, outcome).Inc()
 }
 
 // Gatherer is the registry, for in-process readers (the web console's

@@ -1,7 +1,7 @@
 // Package profiles turns the configuration's agents and bindings into the
 // runtime's agents: several agents in one daemon, each with its own
-// workspace (AGENT.md, USER.md, RULE.md, MEMORY.md, skills/), model, tools,
-// limits and memory, and the ordered bindings that pick the agent of a new
+// workspace (AGENT.md, USER.md, RULE.md, MEMORY.md, HEARTBEAT.md, skills/),
+// model, tools, limits, memory and heartbeat (agent/heartbeat), and the ordered bindings that pick the agent of a new
 // session (docs/agents.md).
 //
 // # Configuration
@@ -38,12 +38,14 @@ import (
 	"fmt"
 	"path"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
 
 	"github.com/switchboard-chat/switchboard/agent"
+	"github.com/switchboard-chat/switchboard/agent/heartbeat"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/config"
 	"github.com/switchboard-chat/switchboard/llm"
@@ -80,6 +82,8 @@ type Spec struct {
 	LLM       llm.Config   `yaml:"llm"`
 	Agent     agent.Config `yaml:"agent"`
 	Tools     tools.Config `yaml:"tools"`
+	// Heartbeat is the agent's heartbeat (off by default; agent/heartbeat).
+	Heartbeat heartbeat.Config `yaml:"heartbeat"`
 	// DataDir holds the agent's tools.db and memory index: data_dir for
 	// main, data_dir/agents/<name> for the others.
 	DataDir string `yaml:"-"`
@@ -157,7 +161,15 @@ type Set struct {
 
 // Which returns the agent that answers a new session whose first message
 // is from s, and the index of the binding that matched (-1: none, main).
+//
+// A heartbeat session (channel heartbeat, agent/heartbeat) is the agent its
+// chat names, whatever the bindings say.
 func (s Set) Which(sp bus.Speaker) (name string, binding int) {
+	if sp.Channel == heartbeat.Channel {
+		if _, ok := s.Agent(sp.ChatID); ok {
+			return sp.ChatID, -1
+		}
+	}
 	for i, b := range s.Bindings {
 		if b.Matches(sp) {
 			return b.Agent, i
@@ -186,6 +198,15 @@ func (r *Router) Swap(set Set) { r.set.Store(&set) }
 func (r *Router) Resolve(sp bus.Speaker) string {
 	name, _ := r.set.Load().Which(sp)
 	return name
+}
+
+// Heartbeats are every agent's heartbeat settings, main first.
+func (s Set) Heartbeats() []heartbeat.Agent {
+	out := make([]heartbeat.Agent, 0, len(s.Agents))
+	for _, a := range s.Agents {
+		out = append(out, heartbeat.Agent{Name: a.Name, Config: a.Heartbeat})
+	}
+	return out
 }
 
 // Main returns the agent main (the zero Spec in the zero Set).
@@ -287,6 +308,9 @@ func decodeSpec(d Defaults, name string, node config.Node, inherited map[string]
 			errs = append(errs, fmt.Errorf("%s.%w", key, err))
 		}
 	}
+	for _, err := range config.Problems(spec.Heartbeat.Validate()) {
+		errs = append(errs, fmt.Errorf("%s.%w", key, err))
+	}
 	return spec, errs
 }
 
@@ -335,3 +359,44 @@ func (s Set) names() []string {
 	}
 	return out
 }
+
+// Reload puts next's bindings in force for new sessions (Swap) and returns
+// a line per change for the reload's log: the bindings applied; an agent's
+// other settings (workspace, model, tools, limits) and agents added or
+// removed are kept as they run until a restart, so a binding to an agent
+// that does not run yet picks main until then. The running agents'
+// heartbeats become next's ([Router.Heartbeats], for heartbeat.Runner.Swap).
+func (r *Router) Reload(next Set) []string {
+	old := r.set.Load()
+	var lines []string
+	if !slices.EqualFunc(old.Bindings, next.Bindings, func(a, b Binding) bool { return a.String() == b.String() }) {
+		lines = append(lines, fmt.Sprintf("bindings: applied (%d bindings) for new sessions; running sessions keep their agent", len(next.Bindings)))
+	}
+	for _, a := range next.Agents {
+		was, ok := old.Agent(a.Name)
+		a.Heartbeat, was.Heartbeat = heartbeat.Config{}, heartbeat.Config{}
+		switch {
+		case !ok:
+			lines = append(lines, fmt.Sprintf("agents.%s: new agent kept until restart (its sessions get main until then)", a.Name))
+		case !reflect.DeepEqual(a, was):
+			lines = append(lines, fmt.Sprintf("agents.%s: workspace, llm, agent and tools settings kept until restart", a.Name))
+		}
+	}
+	for _, a := range old.Agents {
+		if _, ok := next.Agent(a.Name); !ok {
+			lines = append(lines, fmt.Sprintf("agents.%s: removed, kept running until restart", a.Name))
+		}
+	}
+	run := next
+	run.Agents = slices.Clone(old.Agents) // the agents running, with next's heartbeats (off when removed)
+	for i, a := range run.Agents {
+		n, _ := next.Agent(a.Name)
+		run.Agents[i].Heartbeat = n.Heartbeat
+	}
+	r.Swap(run)
+	return lines
+}
+
+// Heartbeats are the heartbeats of the agents running, as the last Reload
+// set them.
+func (r *Router) Heartbeats() []heartbeat.Agent { return r.set.Load().Heartbeats() }

@@ -4,10 +4,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/switchboard-chat/switchboard/agent"
+	"github.com/switchboard-chat/switchboard/agent/heartbeat"
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/config"
 	"github.com/switchboard-chat/switchboard/llm"
@@ -104,8 +106,10 @@ agents:
   work:
     llm: {modle: x, max_tokens: 0}
     agent: {max_steps: 0, partitions: 4, session_idle: 1h, workspace: /elsewhere}
-    heartbeat: {every: 30m}
+    heartbeat: {every: 1m, to: {channel: telegram}, active_hours: "8-22", timezone: Mars/Olympus}
   Bad.Name: {}
+  pet:
+    heartbeat: {every: 30m, to: sometimes}
   twin:
     workspace: /ws
 bindings:
@@ -118,7 +122,12 @@ bindings:
 		got = append(got, p.Error())
 	}
 	want := []string{
-		"agents.work.heartbeat (line 8): unknown key",
+		"agents.work.heartbeat.every: 1m0s is too often: at least 5m0s",
+		"agents.work.heartbeat.to.chat_id: required with to.channel",
+		"agents.work.heartbeat.timezone: unknown time zone Mars/Olympus",
+		`agents.work.heartbeat.active_hours: "8-22": "8" is not a time of day HH:MM`,
+		`agents.pet.heartbeat.to (line 11): invalid value "sometimes": want "last" or {channel, chat_id}`,
+		`agents.pet.heartbeat.to: required with every: "last" or {channel, chat_id}`,
 		"agents.work.llm.modle (line 6): unknown key (did you mean model?)",
 		"agents.Bad.Name: the name must match ^[a-z0-9_-]{1,32}$",
 		"agents.work.agent.workspace: set agents.work.workspace instead",
@@ -127,7 +136,7 @@ bindings:
 		"agents.work.llm.max_tokens: must be at least 1, got 0",
 		"agents.work.agent.max_steps: must be between 1 and 1000, got 0",
 		"agents.twin.workspace: /ws is agent main's workspace too; each agent needs its own (they would share memory)",
-		`bindings[0].agent: no agent "nobody" (agents: main, Bad.Name, twin, work)`,
+		`bindings[0].agent: no agent "nobody" (agents: main, Bad.Name, pet, twin, work)`,
 		`bindings[1].channel: bad pattern "[": syntax error in pattern`,
 		"bindings[2].agent: must name an agent",
 	}
@@ -217,5 +226,89 @@ func TestRouterSwap(t *testing.T) {
 	r.Swap(none)
 	if got := r.Resolve(sp); got != Main {
 		t.Errorf("after Swap: Resolve = %s, want main", got)
+	}
+}
+
+// TestHeartbeatConfig: agents.<name>.heartbeat is read for main and the
+// others, and a heartbeat session is its agent's whatever the bindings.
+func TestHeartbeatConfig(t *testing.T) {
+	set, err := build(t, `
+agents:
+  main:
+    heartbeat: {every: 30m, to: last, active_hours: "08:00-22:00", timezone: Europe/Paris}
+  work:
+    heartbeat:
+      every: 1h
+      to: {channel: slack, chat_id: C0123}
+      prompt: Check the build.
+bindings:
+  - {agent: work, channel: "*"}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []heartbeat.Agent{
+		{Name: "main", Config: heartbeat.Config{Every: 30 * time.Minute, To: heartbeat.Target{Last: true}, ActiveHours: "08:00-22:00", Timezone: "Europe/Paris"}},
+		{Name: "work", Config: heartbeat.Config{Every: time.Hour, To: heartbeat.Target{Channel: "slack", ChatID: "C0123"}, Prompt: "Check the build."}},
+	}
+	if diff := cmp.Diff(want, set.Heartbeats()); diff != "" {
+		t.Errorf("heartbeats (-want +got):\n%s", diff)
+	}
+	if name, _ := set.Which(bus.Speaker{Channel: heartbeat.Channel, ChatID: "main", UserID: heartbeat.User}); name != "main" {
+		t.Errorf("the heartbeat session of main goes to %s (the binding on channel * must not apply)", name)
+	}
+	if name, _ := set.Which(bus.Speaker{Channel: "console", ChatID: "me", UserID: "me"}); name != "work" {
+		t.Errorf("console goes to %s, want work", name)
+	}
+}
+
+// TestRouterReload: new bindings and the running agents' heartbeats apply;
+// an agent's other settings and a new agent are reported kept until
+// restart, and a binding to the new agent picks main meanwhile.
+func TestRouterReload(t *testing.T) {
+	old, err := build(t, "agents: {work: {}}\nbindings: [{agent: work, channel: slack}]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := build(t, `
+agents:
+  work:
+    llm: {model: other}
+    heartbeat: {every: 1h, to: {channel: slack, chat_id: C1}}
+  pets:
+    heartbeat: {every: 1h, to: last}
+bindings:
+  - {agent: work, channel: console}
+  - {agent: pets, channel: telegram}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRouter(old)
+	lines := r.Reload(next)
+	want := []string{
+		"bindings: applied (2 bindings) for new sessions; running sessions keep their agent",
+		"agents.pets: new agent kept until restart (its sessions get main until then)",
+		"agents.work: workspace, llm, agent and tools settings kept until restart",
+	}
+	if diff := cmp.Diff(want, lines); diff != "" {
+		t.Errorf("lines (-want +got):\n%s", diff)
+	}
+	for sp, agent := range map[bus.Speaker]string{
+		{Channel: "console", ChatID: "1", UserID: "1"}: "work",
+		{Channel: "slack", ChatID: "C1", UserID: "U1"}: Main,
+	} {
+		if got := r.Resolve(sp); got != agent {
+			t.Errorf("Resolve(%v) = %s, want %s", sp, got, agent)
+		}
+	}
+	var names []string
+	for _, h := range r.Heartbeats() {
+		if h.Config.Enabled() {
+			names = append(names, h.Name)
+		}
+	}
+	if !slices.Equal(names, []string{"work"}) {
+		t.Errorf("heartbeats on: %v, want work only (pets does not run yet)", names)
 	}
 }

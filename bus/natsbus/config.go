@@ -207,6 +207,8 @@ func (c Config) validateBridges() []error {
 				errs = append(errs, fmt.Errorf("%s: must match ^[a-z0-9_-]{1,32}$, got %q", ckey, ch))
 			case ch == bus.InvalidChannel:
 				errs = append(errs, fmt.Errorf("%s: %q is reserved for dead letters of unparsable subjects", ckey, ch))
+			case ch == bus.HeartbeatChannel:
+				errs = append(errs, fmt.Errorf("%s: %q is reserved for the agents' heartbeat turns", ckey, ch))
 			case taken && prev == name:
 				errs = append(errs, fmt.Errorf("%s: channel %q is listed twice", ckey, ch))
 			case taken:

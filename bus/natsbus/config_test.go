@@ -65,8 +65,8 @@ func TestConfigValidateBridges(t *testing.T) {
 			c.Bridges = bridges{"wechat": {Channels: []string{"wechat"}, NKey: string(seed)}}
 		}, []string{"bus.bridges.wechat.nkey"}},
 		{"bad names", func(c *natsbus.Config) {
-			c.Bridges = bridges{"We Chat": {Channels: []string{"wechat.x", "", "_invalid"}, Token: "t"}}
-		}, []string{`bus.bridges.We Chat: bridge name must match`, `bus.bridges.We Chat.channels[0]: must match`, `channels[1]: must match`, `channels[2]: "_invalid" is reserved`}},
+			c.Bridges = bridges{"We Chat": {Channels: []string{"wechat.x", "", "_invalid", "heartbeat"}, Token: "t"}}
+		}, []string{`bus.bridges.We Chat: bridge name must match`, `bus.bridges.We Chat.channels[0]: must match`, `channels[1]: must match`, `channels[2]: "_invalid" is reserved`, `channels[3]: "heartbeat" is reserved for the agents' heartbeat turns`}},
 		{"no channels", func(c *natsbus.Config) {
 			c.Bridges = bridges{"wechat": {Token: "t"}}
 		}, []string{"bus.bridges.wechat.channels: must list at least one channel"}},

@@ -3,6 +3,7 @@ package natsbus
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -125,6 +126,22 @@ type Operator struct {
 	// Source says where the credentials come from, for messages:
 	// "bus.url", "bus.admin" or the path of the operator credential file.
 	Source string
+}
+
+// URLFlag registers --url on fs, the bus of `chat`, `status`, `bus tail`
+// and `heartbeat now` when not the configuration's ([Config.OperatorAt]).
+func URLFlag(fs *flag.FlagSet) *string {
+	return fs.String("url", "", "NATS URL of the bus, credentials in it (nats://TOKEN@host:4222, nats://user:password@host:4222); default: the configuration's bus, as an operator")
+}
+
+// OperatorAt returns how `chat`, `status`, `bus tail` and `heartbeat now`
+// connect: to busURL as given (its credentials in it, their --url) when it
+// is set, else as the operator of this configuration's bus ([Config.Operator]).
+func (c Config) OperatorAt(busURL, dataDir string) (Operator, error) {
+	if busURL != "" {
+		return Operator{URL: busURL, Source: "--url"}, nil
+	}
+	return c.Operator(dataDir)
 }
 
 // Operator returns how an operator reaches the bus of this configuration:

@@ -275,8 +275,8 @@ func TestCheckAgainstRunningDaemon(t *testing.T) {
 	cfg := testConfig(t, "http://127.0.0.1:1/v1")
 	cfg.Bus.Listen = freePort(t)
 	d := startDaemon(t, cfg)
-	// The agent's consumer is created when its manager starts consuming,
-	// just after the daemon says it started (no event announces it).
+	// The manager creates its consumer afresh once it runs, which may be
+	// just after the daemon says it started.
 	js, err := jetstream.New(d.nc)
 	if err != nil {
 		t.Fatal(err)
@@ -284,7 +284,7 @@ func TestCheckAgainstRunningDaemon(t *testing.T) {
 	polltest.Until(t, wait, 10*time.Millisecond, func() bool {
 		_, err := js.Consumer(t.Context(), "CHAT_IN", natsbus.ConsumerName)
 		return err == nil
-	}, func() string { return "the agent's consumer was never created" })
+	}, func() string { return "the manager's consumer CHAT_IN/agent was not created" })
 	env := checkEnv{busListen: cfg.Bus.Listen, dataDir: cfg.DataDir}
 	_, out := runCheckFile(t, env.yaml(t))
 	wantLine(t, out, "daemon", "OK", "running: its embedded bus nats://"+cfg.Bus.Listen+" takes the operator credential; checking it live")

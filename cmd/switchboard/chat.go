@@ -19,7 +19,7 @@ func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	fs.SetOutput(stderr)
 	path := configFlag(fs)
 	chatID := fs.String("chat", "", "chat id (default: console-<your user name>)")
-	busURL := urlFlag(fs)
+	busURL := natsbus.URLFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -27,7 +27,7 @@ func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err != nil {
 		return err
 	}
-	op, err := operator(cfg, *busURL)
+	op, err := cfg.Bus.OperatorAt(*busURL, cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("chat: %w", err)
 	}
@@ -45,26 +45,12 @@ func runChat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	return c.RunStdio(ctx, stdin, stdout)
 }
 
-// urlFlag registers --url on fs: the bus of `chat` and `bus tail` when not the configuration's.
-func urlFlag(fs *flag.FlagSet) *string {
-	return fs.String("url", "", "NATS URL of the bus, credentials in it (nats://TOKEN@host:4222, nats://user:password@host:4222); default: the configuration's bus, as an operator")
-}
-
-// operator returns how `chat` and `bus tail` connect: to busURL as given (its credentials in
-// it) when it is set, else as the operator of the configuration's bus (natsbus.Config.Operator).
-func operator(cfg Config, busURL string) (natsbus.Operator, error) {
-	if busURL != "" {
-		return natsbus.Operator{URL: busURL, Source: "--url"}, nil
-	}
-	return cfg.Bus.Operator(cfg.DataDir)
-}
-
 // runStatus implements `switchboard status`: the instances registered on
 // the configuration's bus (or --url's) and the partitions each owns.
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	path, busURL := configFlag(fs), urlFlag(fs)
+	path, busURL := configFlag(fs), natsbus.URLFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -72,7 +58,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	op, err := operator(cfg, *busURL)
+	op, err := cfg.Bus.OperatorAt(*busURL, cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("status: %w", err)
 	}

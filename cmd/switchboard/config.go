@@ -49,6 +49,7 @@ type Config struct {
 	// Agents and Bindings: several agents, bound to chats (agent/profiles).
 	Agents   map[string]config.Node `yaml:"agents"`
 	Bindings []profiles.Binding     `yaml:"bindings"`
+	File     string                 `yaml:"-"` // the --config LoadConfig was given, which a reload reads again
 }
 
 // Profiles are the agents (main first) and bindings (profiles.Build).
@@ -98,6 +99,7 @@ func LoadConfig(path string) (Config, config.Source, error) {
 	if err != nil {
 		return Config{}, src, fmt.Errorf("config %s:\n%w", src, err)
 	}
+	cfg.File = path
 	return cfg, src, nil
 }
 

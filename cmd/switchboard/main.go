@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,10 +20,12 @@ import (
 	"syscall"
 
 	"github.com/switchboard-chat/switchboard/access"
+	"github.com/switchboard-chat/switchboard/agent/heartbeat"
 	"github.com/switchboard-chat/switchboard/agent/profiles"
 	webch "github.com/switchboard-chat/switchboard/channels/web"
 	"github.com/switchboard-chat/switchboard/internal/buildinfo"
 	"github.com/switchboard-chat/switchboard/internal/cli"
+	"github.com/switchboard-chat/switchboard/internal/reload"
 	"github.com/switchboard-chat/switchboard/internal/setup"
 )
 
@@ -87,6 +90,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		})
 	case "agents":
 		err = profiles.RunVerb(args, stdout, stderr, LoadConfig)
+	case "heartbeat":
+		err = heartbeat.RunVerb(ctx, args, stdout, stderr, func(p, url string) (heartbeat.Daemon, error) {
+			c, _, err := LoadConfig(p) // a loaded configuration's agents are valid
+			set, _ := c.Profiles()
+			op, oerr := c.Bus.OperatorAt(url, c.DataDir)
+			return heartbeat.Daemon{Agents: set.Heartbeats(), Operator: op, Bus: c.Bus}, errors.Join(err, oerr)
+		})
+	case "reload":
+		err = reload.RunVerb(ctx, args, stdout, stderr, func(p string) (string, error) { c, _, err := LoadConfig(p); return c.Admin.Listen, err })
 	case "version", "--version":
 		fmt.Fprintln(stdout, buildinfo.String("switchboard", version))
 		return 0

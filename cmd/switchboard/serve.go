@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,10 +18,12 @@ import (
 	"github.com/switchboard-chat/switchboard/access"
 	"github.com/switchboard-chat/switchboard/admin"
 	"github.com/switchboard-chat/switchboard/agent"
+	"github.com/switchboard-chat/switchboard/agent/heartbeat"
 	"github.com/switchboard-chat/switchboard/agent/profiles"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
 	webch "github.com/switchboard-chat/switchboard/channels/web"
 	"github.com/switchboard-chat/switchboard/internal/kvstate"
+	"github.com/switchboard-chat/switchboard/internal/reload"
 	"github.com/switchboard-chat/switchboard/internal/reqlog"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory"
@@ -189,6 +192,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	g.Go(func() error {
 		return memory.Pruner{Store: hist, Retention: cfg.Memory.RetentionPeriod(), Log: log}.Run(gctx)
 	})
+	router := profiles.NewRouter(set)
 	gate := access.New(cfg.Access, cfg.DataDir, access.Options{Log: log}) // data_dir/access.db, read at each decision
 	mgr, err := agent.NewManager(cfg.Agent, agent.Options{
 		Subjects:        b.Subjects(),
@@ -202,11 +206,20 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		ReadFile:        ws.ReadText,
 		Heartbeat:       b.Heartbeat(), // a third of the consumers' AckWait
 	}, agent.Deps{Source: b, Publisher: b, Store: store, Model: reqlog.Model{Next: model, R: reqs}, Tools: built.Toolbox, Prompts: ws, Log: log,
-		Summarizer: agent.SummarizerFor(cfg.LLM.Configured(), model), Observer: mx, Skills: built.Skills, Memory: mem, Pairing: gate, Agents: agent.Agents{Profiles: others.Profiles, Resolve: profiles.NewRouter(set).Resolve}})
+		Summarizer: agent.SummarizerFor(cfg.LLM.Configured(), model), Observer: mx, Skills: built.Skills, Memory: mem, Pairing: gate, Agents: agent.Agents{Profiles: others.Profiles, Resolve: router.Resolve}})
 	if err != nil {
 		return err
 	}
 	mx.Runtime(mgr, b)
+	hb := heartbeat.New(heartbeat.Options{Subjects: b.Subjects(), Publisher: b, Conn: b.Conn(), DataDir: cfg.DataDir,
+		Busy: heartbeat.Running(mgr.Sessions), Resolve: router.Resolve, Observer: mx, Log: log}, set.Heartbeats())
+	g.Go(func() error { return hb.Run(gctx) })
+	rl := reload.New(cfg, func() (Config, error) { c, _, err := LoadConfig(cfg.File); return c, err }, func(next Config) []string {
+		set, _ := next.Profiles() // valid once loaded
+		return slices.Concat(router.Reload(set), hb.Swap(router.Heartbeats()), gate.SetConfig(next.Access))
+	}, log, "bindings", "agents", "llm", "agent", "tools", "access") // main's llm/agent/tools: router.Reload reports them
+	adm.Handle("POST /reload", rl)
+	g.Go(func() error { return rl.Run(gctx) })
 	g.Go(func() error {
 		return b.Announce(gctx, natsbus.Instance{Version: version, Started: t0}, adm.Addr, adm.SetDetail)
 	})

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
 	"github.com/switchboard-chat/switchboard/channels/console/tail"
 	"github.com/switchboard-chat/switchboard/internal/cli"
 )
@@ -39,7 +40,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.SetOutput(stderr)
 	path := configFlag(fs)
 	channel := fs.String("channel", "", "show only this channel (default: all)")
-	busURL := urlFlag(fs)
+	busURL := natsbus.URLFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -50,7 +51,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	op, err := operator(cfg, *busURL)
+	op, err := cfg.Bus.OperatorAt(*busURL, cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("bus tail: %w", err)
 	}

@@ -170,6 +170,34 @@ var Verbs = []Verb{
 		},
 	},
 	{
+		Name: "heartbeat", Summary: "run an agent's heartbeat turn now, on the running daemon",
+		Subs: []Verb{
+			{
+				Name: "now", Args: "AGENT", Summary: "run one heartbeat turn of AGENT at once and print what came of it",
+				About: "Publishes a heartbeat trigger of AGENT on the running daemon's bus, as the\n" +
+					"operator (as switchboard chat connects): the daemon runs one heartbeat turn in\n" +
+					"the agent's heartbeat session, which reads HEARTBEAT.md and either sends a\n" +
+					"message to agents.AGENT.heartbeat.to or answers HEARTBEAT_OK (nothing sent).\n" +
+					"It waits up to --wait for the outcome and prints it. Works whether or not\n" +
+					"heartbeat.every is set; heartbeat.to must be. Flags may come before or after\n" +
+					"AGENT.",
+				Flags:    []Flag{configFlag, urlFlag, {Name: "wait", Arg: "DURATION"}},
+				Examples: []string{"switchboard heartbeat now main", "switchboard heartbeat now family --config /etc/switchboard/config.yaml"},
+			},
+		},
+	},
+	{
+		Name: "reload", Summary: "make the running daemon re-read its configuration (as SIGHUP does)",
+		About: "Asks the running daemon to re-read its configuration file, with POST /reload on\n" +
+			"its admin listener (admin.listen, loopback by default; SIGHUP does the same).\n" +
+			"Bindings, agents' heartbeats and access (dm_policy, owners) change at once;\n" +
+			"every other change (listeners, data_dir, bus, memory, channels, an agent's\n" +
+			"model or tools) is listed as kept until restart. A configuration with a\n" +
+			"problem is refused whole, every problem is printed, and the running one stays.",
+		Flags:    []Flag{configFlag, {Name: "admin", Arg: "URL"}},
+		Examples: []string{"switchboard reload", "switchboard reload --admin http://127.0.0.1:9090", "kill -HUP $(pidof switchboard)"},
+	},
+	{
 		Name: "web", Summary: "the web console (channels.web)",
 		Subs: []Verb{
 			{

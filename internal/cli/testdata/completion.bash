@@ -6,7 +6,7 @@ __switchboard_spec() {
     words="" flags="" valued="" files=""
     case $1 in
     "")
-        words="serve chat init doctor check bus history status agents web pairing demo bench healthcheck completion version help" flags="--config --help --version" valued="config" files="config" ;;
+        words="serve chat init doctor check bus history status agents heartbeat reload web pairing demo bench healthcheck completion version help" flags="--config --help --version" valued="config" files="config" ;;
     "serve")
         words="" flags="--config --help" valued="config" files="config" ;;
     "chat")
@@ -39,6 +39,12 @@ __switchboard_spec() {
         words="" flags="--config --help" valued="config" files="config" ;;
     "agents which")
         words="" flags="--config --channel --chat --user --thread --group --help" valued="config channel chat user thread" files="config" ;;
+    "heartbeat")
+        words="now" flags="--help" valued="" files="" ;;
+    "heartbeat now")
+        words="" flags="--config --url --wait --help" valued="config url wait" files="config" ;;
+    "reload")
+        words="" flags="--config --admin --help" valued="config admin" files="config" ;;
     "web")
         words="pair" flags="--help" valued="" files="" ;;
     "web pair")
@@ -62,7 +68,7 @@ __switchboard_spec() {
     "version")
         words="" flags="--help" valued="" files="" ;;
     "help")
-        words="serve chat init doctor check bus history status agents web pairing demo bench healthcheck completion version help" flags="--help" valued="" files="" ;;
+        words="serve chat init doctor check bus history status agents heartbeat reload web pairing demo bench healthcheck completion version help" flags="--help" valued="" files="" ;;
     esac
 }
 

@@ -32,6 +32,10 @@ function __switchboard_valued
             printf '%s\n' config
         case 'agents which'
             printf '%s\n' config channel chat user thread
+        case 'heartbeat now'
+            printf '%s\n' config url wait
+        case 'reload'
+            printf '%s\n' config admin
         case 'web pair'
             printf '%s\n' config user
         case 'pairing approve'
@@ -87,6 +91,8 @@ complete -c switchboard -n '__switchboard_at \'\'' -a 'bus' -d 'the bus: live tr
 complete -c switchboard -n '__switchboard_at \'\'' -a 'history' -d 'list, export (JSON Lines), reset or compact stored history (daemon stopped)'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'status' -d 'list the instances on the bus and the partitions each owns'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'agents' -d 'list the agents and bindings, or show which agent answers a chat (offline)'
+complete -c switchboard -n '__switchboard_at \'\'' -a 'heartbeat' -d 'run an agent\'s heartbeat turn now, on the running daemon'
+complete -c switchboard -n '__switchboard_at \'\'' -a 'reload' -d 'make the running daemon re-read its configuration (as SIGHUP does)'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'web' -d 'the web console (channels.web)'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'pairing' -d 'approve, list or revoke users let in by a pairing code (access.dm_policy)'
 complete -c switchboard -n '__switchboard_at \'\'' -a 'demo' -d 'a self-contained demo with a scripted model'
@@ -166,6 +172,15 @@ complete -c switchboard -n '__switchboard_at \'agents which\'' -l user -x
 complete -c switchboard -n '__switchboard_at \'agents which\'' -l thread -x
 complete -c switchboard -n '__switchboard_at \'agents which\'' -l group
 complete -c switchboard -n '__switchboard_at \'agents which\'' -l help
+complete -c switchboard -n '__switchboard_at \'heartbeat\'' -a 'now' -d 'run one heartbeat turn of AGENT at once and print what came of it'
+complete -c switchboard -n '__switchboard_at \'heartbeat\'' -l help
+complete -c switchboard -n '__switchboard_at \'heartbeat now\'' -l config -r -F
+complete -c switchboard -n '__switchboard_at \'heartbeat now\'' -l url -x
+complete -c switchboard -n '__switchboard_at \'heartbeat now\'' -l wait -x
+complete -c switchboard -n '__switchboard_at \'heartbeat now\'' -l help
+complete -c switchboard -n '__switchboard_at \'reload\'' -l config -r -F
+complete -c switchboard -n '__switchboard_at \'reload\'' -l admin -x
+complete -c switchboard -n '__switchboard_at \'reload\'' -l help
 complete -c switchboard -n '__switchboard_at \'web\'' -a 'pair' -d 'print a one-time login code for the web console'
 complete -c switchboard -n '__switchboard_at \'web\'' -l help
 complete -c switchboard -n '__switchboard_at \'web pair\'' -l config -r -F
@@ -212,6 +227,8 @@ complete -c switchboard -n '__switchboard_at \'help\'' -a 'bus' -d 'the bus: liv
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'history' -d 'list, export (JSON Lines), reset or compact stored history (daemon stopped)'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'status' -d 'list the instances on the bus and the partitions each owns'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'agents' -d 'list the agents and bindings, or show which agent answers a chat (offline)'
+complete -c switchboard -n '__switchboard_at \'help\'' -a 'heartbeat' -d 'run an agent\'s heartbeat turn now, on the running daemon'
+complete -c switchboard -n '__switchboard_at \'help\'' -a 'reload' -d 'make the running daemon re-read its configuration (as SIGHUP does)'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'web' -d 'the web console (channels.web)'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'pairing' -d 'approve, list or revoke users let in by a pairing code (access.dm_policy)'
 complete -c switchboard -n '__switchboard_at \'help\'' -a 'demo' -d 'a self-contained demo with a scripted model'

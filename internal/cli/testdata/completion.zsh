@@ -7,7 +7,7 @@ __switchboard_spec() {
   words_=() flags_=() valued_=() files_=()
   case $1 in
   ("")
-    words_=('serve:run the daemon (the default verb; ./config.yaml when it exists, else the built-in defaults)' 'chat:chat with a running daemon over the bus' 'init:write a minimal config.yaml\: asks, and checks each answer' 'doctor:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'check:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'bus:the bus\: live traffic, nats CLI context' 'history:list, export (JSON Lines), reset or compact stored history (daemon stopped)' 'status:list the instances on the bus and the partitions each owns' 'agents:list the agents and bindings, or show which agent answers a chat (offline)' 'web:the web console (channels.web)' 'pairing:approve, list or revoke users let in by a pairing code (access.dm_policy)' 'demo:a self-contained demo with a scripted model' 'bench:load a throw-away daemon (scripted model) and print turns/s, latency, memory' 'healthcheck:exit 0 when GET /healthz answers 200 (for containers)' 'completion:print a shell completion script' 'version:print the version' 'help:list the verbs, or show one verb'\''s help')
+    words_=('serve:run the daemon (the default verb; ./config.yaml when it exists, else the built-in defaults)' 'chat:chat with a running daemon over the bus' 'init:write a minimal config.yaml\: asks, and checks each answer' 'doctor:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'check:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'bus:the bus\: live traffic, nats CLI context' 'history:list, export (JSON Lines), reset or compact stored history (daemon stopped)' 'status:list the instances on the bus and the partitions each owns' 'agents:list the agents and bindings, or show which agent answers a chat (offline)' 'heartbeat:run an agent'\''s heartbeat turn now, on the running daemon' 'reload:make the running daemon re-read its configuration (as SIGHUP does)' 'web:the web console (channels.web)' 'pairing:approve, list or revoke users let in by a pairing code (access.dm_policy)' 'demo:a self-contained demo with a scripted model' 'bench:load a throw-away daemon (scripted model) and print turns/s, latency, memory' 'healthcheck:exit 0 when GET /healthz answers 200 (for containers)' 'completion:print a shell completion script' 'version:print the version' 'help:list the verbs, or show one verb'\''s help')
     flags_=(--config --help --version) valued_=(config) files_=(config) ;;
   ("serve")
     words_=()
@@ -57,6 +57,15 @@ __switchboard_spec() {
   ("agents which")
     words_=()
     flags_=(--config --channel --chat --user --thread --group --help) valued_=(config channel chat user thread) files_=(config) ;;
+  ("heartbeat")
+    words_=('now:run one heartbeat turn of AGENT at once and print what came of it')
+    flags_=(--help) valued_=() files_=() ;;
+  ("heartbeat now")
+    words_=()
+    flags_=(--config --url --wait --help) valued_=(config url wait) files_=(config) ;;
+  ("reload")
+    words_=()
+    flags_=(--config --admin --help) valued_=(config admin) files_=(config) ;;
   ("web")
     words_=('pair:print a one-time login code for the web console')
     flags_=(--help) valued_=() files_=() ;;
@@ -91,7 +100,7 @@ __switchboard_spec() {
     words_=()
     flags_=(--help) valued_=() files_=() ;;
   ("help")
-    words_=('serve:run the daemon (the default verb; ./config.yaml when it exists, else the built-in defaults)' 'chat:chat with a running daemon over the bus' 'init:write a minimal config.yaml\: asks, and checks each answer' 'doctor:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'check:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'bus:the bus\: live traffic, nats CLI context' 'history:list, export (JSON Lines), reset or compact stored history (daemon stopped)' 'status:list the instances on the bus and the partitions each owns' 'agents:list the agents and bindings, or show which agent answers a chat (offline)' 'web:the web console (channels.web)' 'pairing:approve, list or revoke users let in by a pairing code (access.dm_policy)' 'demo:a self-contained demo with a scripted model' 'bench:load a throw-away daemon (scripted model) and print turns/s, latency, memory' 'healthcheck:exit 0 when GET /healthz answers 200 (for containers)' 'completion:print a shell completion script' 'version:print the version' 'help:list the verbs, or show one verb'\''s help')
+    words_=('serve:run the daemon (the default verb; ./config.yaml when it exists, else the built-in defaults)' 'chat:chat with a running daemon over the bus' 'init:write a minimal config.yaml\: asks, and checks each answer' 'doctor:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'check:diagnose\: the running daemon'\''s health, or the offline checks when none runs' 'bus:the bus\: live traffic, nats CLI context' 'history:list, export (JSON Lines), reset or compact stored history (daemon stopped)' 'status:list the instances on the bus and the partitions each owns' 'agents:list the agents and bindings, or show which agent answers a chat (offline)' 'heartbeat:run an agent'\''s heartbeat turn now, on the running daemon' 'reload:make the running daemon re-read its configuration (as SIGHUP does)' 'web:the web console (channels.web)' 'pairing:approve, list or revoke users let in by a pairing code (access.dm_policy)' 'demo:a self-contained demo with a scripted model' 'bench:load a throw-away daemon (scripted model) and print turns/s, latency, memory' 'healthcheck:exit 0 when GET /healthz answers 200 (for containers)' 'completion:print a shell completion script' 'version:print the version' 'help:list the verbs, or show one verb'\''s help')
     flags_=(--help) valued_=() files_=() ;;
   esac
 }
