@@ -50,6 +50,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -139,6 +140,11 @@ type Runner struct {
 	opt  Options
 	db   *bolt.DB
 	wake chan struct{}
+
+	// wantLast: some agent's heartbeat goes to its user's last direct chat
+	// (to: last), so inbound messages are followed; none: they are not
+	// decoded at all.
+	wantLast atomic.Bool
 
 	mu     sync.Mutex
 	agents map[string]Config
@@ -237,6 +243,7 @@ func (r *Runner) Swap(agents []Agent) []string {
 	}
 	r.agents = next
 	r.mu.Unlock()
+	r.wantLast.Store(anyLast(next))
 	slices.Sort(changes)
 	select {
 	case r.wake <- struct{}{}:
@@ -392,8 +399,23 @@ func (t Target) session() string {
 	return bus.Speaker{Channel: t.Channel, ChatID: t.ChatID, ThreadID: t.ThreadID}.SessionKey()
 }
 
-// noteInbound keeps the last direct chat of the agent a message goes to.
+// anyLast reports whether some agent's heartbeat goes to "last".
+func anyLast(agents map[string]Config) bool {
+	for _, c := range agents {
+		if c.To.Last {
+			return true
+		}
+	}
+	return false
+}
+
+// noteInbound keeps the last direct chat of the agent a message goes to,
+// for the agents whose heartbeat goes to "last" (written to the state file
+// only when it changes).
 func (r *Runner) noteInbound(data []byte) {
+	if !r.wantLast.Load() {
+		return
+	}
 	var in bus.Inbound
 	if json.Unmarshal(data, &in) != nil || in.IsGroup || in.Channel == Channel || !bus.ValidChannel(in.Channel) || in.ChatID == "" {
 		return
@@ -404,6 +426,10 @@ func (r *Runner) noteInbound(data []byte) {
 	}
 	t := Target{Channel: in.Channel, ChatID: in.ChatID, ThreadID: in.ThreadID}
 	r.mu.Lock()
+	if !r.agents[name].To.Last {
+		r.mu.Unlock()
+		return
+	}
 	same := r.last[name] == t
 	r.last[name] = t
 	r.mu.Unlock()

@@ -365,3 +365,24 @@ func TestSwapChangesSchedules(t *testing.T) {
 		}
 	})
 }
+
+// TestInboundNotFollowedWithoutLastTarget: the runner follows inbound
+// messages only while some agent's heartbeat goes to "last" (a message
+// per chat would otherwise cost a decode and a state-file write: at a
+// thousand chats, one fsync per message); a reload that sets "last"
+// turns it on.
+func TestInboundNotFollowedWithoutLastTarget(t *testing.T) {
+	fixed := Config{Every: time.Hour, To: Target{Channel: "telegram", ChatID: "1"}}
+	r := New(Options{}, []Agent{{Name: "main", Config: fixed}})
+	if r.wantLast.Load() {
+		t.Fatal("inbound messages are followed with no heartbeat to last")
+	}
+	r.noteInbound([]byte(`{"v":1,"id":"m1","channel":"console","chat_id":"c1","user_id":"u","text":"hi"}`)) // no state file: must not be touched
+	if len(r.last) != 0 {
+		t.Fatalf("last chats recorded: %v", r.last)
+	}
+	r.Swap([]Agent{{Name: "main", Config: Config{Every: time.Hour, To: Target{Last: true}}}})
+	if !r.wantLast.Load() {
+		t.Fatal("a heartbeat to last does not follow inbound messages")
+	}
+}

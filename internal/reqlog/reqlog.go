@@ -56,6 +56,11 @@ type Record struct {
 	Usage      llm.Usage       `json:"usage"`
 	Finish     string          `json:"finish_reason,omitempty"`
 	Error      string          `json:"error,omitempty"`
+
+	// req is the request as made; Requests encodes it (redacted, cut,
+	// bounded) when the dashboard asks, so a turn pays only for keeping a
+	// reference to it (its messages' texts are the history's own strings).
+	req llm.Request
 }
 
 // Recorder holds the records. Build it with [New]; safe for concurrent use.
@@ -83,9 +88,13 @@ func New(secrets ...string) *Recorder {
 // Requests returns session's records, newest first.
 func (r *Recorder) Requests(session string) []Record {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	out := slices.Clone(r.recs[session])
+	r.mu.Unlock()
 	slices.Reverse(out)
+	for i := range out {
+		out[i].Request, out[i].Truncated = r.encode(out[i].req)
+		out[i].req = llm.Request{}
+	}
 	return out
 }
 
@@ -196,8 +205,8 @@ func (m Model) Stream(ctx context.Context, req llm.Request, onDelta func(llm.Del
 	}
 	start := time.Now()
 	resp, err := m.Next.Stream(ctx, req, onDelta)
-	body, truncated := m.R.encode(req)
-	rec := Record{Time: start.UTC(), DurationMS: time.Since(start).Milliseconds(), Request: body, Truncated: truncated}
+	req.OnRetry = nil // keep the request, not the turn its callback holds
+	rec := Record{Time: start.UTC(), DurationMS: time.Since(start).Milliseconds(), req: req}
 	if resp != nil {
 		rec.Usage, rec.Finish = resp.Usage, resp.FinishReason
 	}
