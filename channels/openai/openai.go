@@ -60,7 +60,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -249,28 +248,13 @@ func (c *Channel) Run(ctx context.Context) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	c.stopping = gctx.Done()
-	srv := &http.Server{
-		Handler:           c.Handler(),
-		ReadHeaderTimeout: 30 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return gctx },
-		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelWarn),
-	}
 	g.Go(func() error { return client.ConsumeOutbound(gctx, c.handleOutbound) })
 	g.Go(func() error {
 		return client.Subscribe(gctx, bridge.Subscription{Events: func(_ context.Context, ev bus.Event) { c.turns.event(ev) }})
 	})
 	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := channels.ServeHTTP(gctx, ln, c.Handler(), c.log, nil); err != nil {
 			return fmt.Errorf("openai: serve: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			_ = srv.Close()
 		}
 		return nil
 	})

@@ -47,7 +47,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -218,27 +217,13 @@ func (c *Channel) Run(ctx context.Context) error {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	srv := &http.Server{
-		Handler:           c.Handler(),
-		ReadHeaderTimeout: 30 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return gctx },
-		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelWarn),
-	}
 	g.Go(func() error { return client.ConsumeOutbound(gctx, c.handleOutbound) })
 	g.Go(func() error { return c.watchEvents(gctx) })
 	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		// Closing the browsers' event streams first lets the shutdown
+		// finish without waiting for them.
+		if err := channels.ServeHTTP(gctx, ln, c.Handler(), c.log, c.hub.closeAll); err != nil {
 			return fmt.Errorf("web: serve: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		c.hub.closeAll() // ends the event streams, so Shutdown need not wait for them
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			_ = srv.Close()
 		}
 		return nil
 	})
