@@ -32,7 +32,9 @@ func TestServeHTTP(t *testing.T) {
 	})
 	stopped := make(chan struct{})
 	done := make(chan error, 1)
-	go func() { done <- channels.ServeHTTP(ctx, ln, h, slog.New(slog.DiscardHandler), func() { close(stopped) }) }()
+	go func() {
+		done <- channels.ServeHTTP(ctx, ln, h, slog.New(slog.DiscardHandler), func() { close(stopped) })
+	}()
 	hc := &http.Client{Transport: &http.Transport{}}
 	defer hc.CloseIdleConnections()
 	resp, err := hc.Get("http://" + ln.Addr().String() + "/")
