@@ -53,7 +53,7 @@ func (h *harness) Chat(conv string) string {
 func (h *harness) Start(t *testing.T) {
 	t.Helper()
 	// No agent answers: the suite publishes the outbound messages itself.
-	h.e.agent.set(func(bus.Inbound) []bus.Outbound { return nil })
+	h.e.agent.Set(func(bus.Inbound) []bus.Outbound { return nil })
 	h.r = h.e.start(t, h.e.config())
 }
 

@@ -3,8 +3,6 @@ package openai
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -20,6 +18,7 @@ import (
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/channels/channeltest"
 	"github.com/switchboard-chat/switchboard/internal/polltest"
 )
 
@@ -41,7 +40,7 @@ type env struct {
 	js    jetstream.JetStream
 	subj  bus.Subjects
 	state string
-	agent *fakeAgent
+	agent *channeltest.Agent
 	logs  *syncBuffer
 	// onStore, when set, is the started channels' store hook.
 	onStore func(*store)
@@ -61,7 +60,7 @@ func newEnv(t *testing.T) *env {
 		}
 	}
 	e := &env{nc: nc, js: js, subj: bus.Subjects{Prefix: "chat"}, state: filepath.Join(t.TempDir(), "openai.db"), logs: &syncBuffer{}}
-	e.agent = newFakeAgent(t, e)
+	e.agent = channeltest.NewAgent(t, e.nc, e.js, e.subj, Name, wait)
 	return e
 }
 
@@ -142,127 +141,8 @@ func (r *running) client(key string) *goopenai.Client {
 	return goopenai.NewClientWithConfig(cfg)
 }
 
-// script answers one inbound envelope: it returns what the agent
-// publishes (deltas and typing through core NATS, finals through
-// JetStream), or nil to answer nothing.
-type script func(in bus.Inbound) []bus.Outbound
-
-// fakeAgent stands for the agent runtime: it reads the channel's inbound
-// envelopes with a core subscription and answers with its script.
-type fakeAgent struct {
-	e *env
-
-	mu      sync.Mutex
-	script  script
-	seen    []bus.Inbound
-	changed chan struct{}
-}
-
-func newFakeAgent(t *testing.T, e *env) *fakeAgent {
-	a := &fakeAgent{e: e, changed: make(chan struct{}), script: func(in bus.Inbound) []bus.Outbound {
-		return []bus.Outbound{reply(in, bus.KindReply, "echo: "+in.Text)}
-	}}
-	sub, err := e.nc.Subscribe(e.subj.Prefix+".in."+Name+".>", func(m *nats.Msg) {
-		var in bus.Inbound
-		if err := json.Unmarshal(m.Data, &in); err != nil {
-			t.Errorf("fake agent: %v", err)
-			return
-		}
-		a.mu.Lock()
-		a.seen = append(a.seen, in)
-		s := a.script
-		close(a.changed)
-		a.changed = make(chan struct{})
-		a.mu.Unlock()
-		for _, o := range s(in) {
-			a.publish(t, o)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	return a
-}
-
-func (a *fakeAgent) set(s script) {
-	a.mu.Lock()
-	a.script = s
-	a.mu.Unlock()
-}
-
-func (a *fakeAgent) inbounds() []bus.Inbound {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]bus.Inbound(nil), a.seen...)
-}
-
-// waitInbound waits until an inbound envelope satisfies pred.
-func (a *fakeAgent) waitInbound(t *testing.T, what string, pred func(bus.Inbound) bool) bus.Inbound {
-	t.Helper()
-	deadline := time.After(wait)
-	for {
-		a.mu.Lock()
-		ch := a.changed
-		for _, in := range a.seen {
-			if pred(in) {
-				a.mu.Unlock()
-				return in
-			}
-		}
-		a.mu.Unlock()
-		select {
-		case <-ch:
-		case <-deadline:
-			t.Fatalf("no inbound %s within %s; got %+v", what, wait, a.inbounds())
-		}
-	}
-}
-
-func (a *fakeAgent) publish(t *testing.T, o bus.Outbound) {
-	data, err := json.Marshal(o)
-	if err != nil {
-		t.Error(err)
-		return
-	}
-	subject := a.e.subj.Out(o.Channel, o.ChatID)
-	if !o.Final {
-		if err := a.e.nc.Publish(subject, data); err != nil {
-			t.Error(err)
-		}
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if _, err := a.e.js.Publish(ctx, subject, data, jetstream.WithMsgID(o.ID)); err != nil {
-		t.Errorf("publish final: %v", err)
-	}
-}
-
-// event publishes an agent event for in.
-func (a *fakeAgent) event(t *testing.T, in bus.Inbound, typ string, data any) {
-	raw, _ := json.Marshal(data)
-	ev := bus.Event{V: 1, Type: typ, Session: in.SessionKey(), Channel: in.Channel, ChatID: in.ChatID, InReplyTo: in.ID, Time: time.Now(), Data: raw}
-	b, _ := json.Marshal(ev)
-	if err := a.e.nc.Publish(a.e.subj.Event(in.Channel, in.ChatID), b); err != nil {
-		t.Error(err)
-	}
-}
-
-var outSeq sync.Mutex
-var outN int
-
-// reply is an outbound envelope answering in; a final unless kind is
-// delta or typing.
-func reply(in bus.Inbound, kind, text string) bus.Outbound {
-	outSeq.Lock()
-	outN++
-	n := outN
-	outSeq.Unlock()
-	final := kind != bus.KindDelta && kind != bus.KindTyping
-	return bus.Outbound{V: 1, ID: fmt.Sprintf("%s.%d", in.ID, n), Channel: in.Channel, ChatID: in.ChatID, InReplyTo: in.ID,
-		Kind: kind, Text: text, Seq: n, Final: final}
-}
+// reply is an outbound envelope answering in (channeltest.Reply).
+func reply(in bus.Inbound, kind, text string) bus.Outbound { return channeltest.Reply(in, kind, text) }
 
 // syncBuffer is a bytes.Buffer safe for concurrent writers (the log).
 type syncBuffer struct {

@@ -80,7 +80,7 @@ func TestChatCompletion(t *testing.T) {
 		resp.Choices[0].FinishReason != goopenai.FinishReasonStop || resp.Object != "chat.completion" || resp.Model != DefaultModel {
 		t.Fatalf("response = %+v", resp)
 	}
-	in := e.agent.inbounds()[0]
+	in := e.agent.Inbounds()[0]
 	if in.UserID != "ann" || in.Channel != Name || !strings.HasPrefix(in.ChatID, "ann:once-") || resp.ID != "chatcmpl-"+in.ID {
 		t.Errorf("inbound = %+v, completion id %s", in, resp.ID)
 	}
@@ -91,15 +91,15 @@ func TestStreamingChunksAddUpToTheFinal(t *testing.T) {
 	r := e.start(t, e.config())
 	final := "Hello world, this is the whole answer."
 	release := make(chan struct{})
-	e.agent.set(func(in bus.Inbound) []bus.Outbound {
+	e.agent.Set(func(in bus.Inbound) []bus.Outbound {
 		go func() {
-			e.agent.publish(t, reply(in, bus.KindTyping, ""))
-			e.agent.event(t, in, bus.EventToolCall, map[string]any{"name": "read_file"})
-			e.agent.publish(t, reply(in, bus.KindDelta, "Hello"))
-			e.agent.publish(t, reply(in, bus.KindDelta, "Hello world,"))
+			e.agent.Publish(t, reply(in, bus.KindTyping, ""))
+			e.agent.Event(t, in, bus.EventToolCall, map[string]any{"name": "read_file"})
+			e.agent.Publish(t, reply(in, bus.KindDelta, "Hello"))
+			e.agent.Publish(t, reply(in, bus.KindDelta, "Hello world,"))
 			<-release
-			e.agent.event(t, in, bus.EventUsage, map[string]int{"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12})
-			e.agent.publish(t, reply(in, bus.KindReply, final))
+			e.agent.Event(t, in, bus.EventUsage, map[string]int{"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12})
+			e.agent.Publish(t, reply(in, bus.KindReply, final))
 		}()
 		return nil
 	})
@@ -155,8 +155,8 @@ func TestStreamingChunksAddUpToTheFinal(t *testing.T) {
 func TestStreamWireFormat(t *testing.T) {
 	e := newEnv(t)
 	r := e.start(t, e.config())
-	e.agent.set(func(in bus.Inbound) []bus.Outbound {
-		e.agent.event(t, in, bus.EventToolCall, map[string]any{"name": "write_file"})
+	e.agent.Set(func(in bus.Inbound) []bus.Outbound {
+		e.agent.Event(t, in, bus.EventToolCall, map[string]any{"name": "write_file"})
 		// The event travels on its own subscription: answer once it is
 		// through, seen in the stream as a comment.
 		return nil
@@ -180,8 +180,8 @@ func TestStreamWireFormat(t *testing.T) {
 		body.Write(buf[:n])
 		if !answered && strings.Contains(body.String(), ": tool write_file\n\n") {
 			answered = true
-			in := e.agent.inbounds()[0]
-			e.agent.publish(t, reply(in, bus.KindReply, "done"))
+			in := e.agent.Inbounds()[0]
+			e.agent.Publish(t, reply(in, bus.KindReply, "done"))
 		}
 		if err != nil {
 			break
@@ -257,7 +257,7 @@ func TestErrors(t *testing.T) {
 		apiErr(t, err, http.StatusNotFound, "model_not_found")
 	})
 	t.Run("AgentError500", func(t *testing.T) {
-		e.agent.set(func(in bus.Inbound) []bus.Outbound {
+		e.agent.Set(func(in bus.Inbound) []bus.Outbound {
 			return []bus.Outbound{reply(in, bus.KindError, "Sorry, the model request failed (boom).")}
 		})
 		_, err := ann.CreateChatCompletion(ctx, chatReq(userMsg("hi")))
@@ -266,8 +266,8 @@ func TestErrors(t *testing.T) {
 			t.Errorf("message = %q, want the agent's", ae.Message)
 		}
 	})
-	if len(e.agent.inbounds()) != 1 {
-		t.Errorf("%d inbound envelopes published, want 1 (only the valid request reaches the bus)", len(e.agent.inbounds()))
+	if len(e.agent.Inbounds()) != 1 {
+		t.Errorf("%d inbound envelopes published, want 1 (only the valid request reaches the bus)", len(e.agent.Inbounds()))
 	}
 }
 
@@ -327,7 +327,7 @@ func TestRateLimitPerKey429(t *testing.T) {
 func TestQueueFull429(t *testing.T) {
 	e := newEnv(t)
 	r := e.start(t, e.config())
-	e.agent.set(func(bus.Inbound) []bus.Outbound { return nil })
+	e.agent.Set(func(bus.Inbound) []bus.Outbound { return nil })
 	chat := chatID("ann", "busy")
 	var wg sync.WaitGroup
 	for i := range 1000 {
@@ -353,7 +353,7 @@ func TestQueueFull429(t *testing.T) {
 	_, err := r.client(keyAnn).CreateChatCompletion(t.Context(), req)
 	apiErr(t, err, http.StatusTooManyRequests, "queue_full")
 	// Another session of the same user is not affected.
-	e.agent.set(func(in bus.Inbound) []bus.Outbound { return []bus.Outbound{reply(in, bus.KindReply, "ok")} })
+	e.agent.Set(func(in bus.Inbound) []bus.Outbound { return []bus.Outbound{reply(in, bus.KindReply, "ok")} })
 	req.User = "other"
 	if _, err := r.client(keyAnn).CreateChatCompletion(t.Context(), req); err != nil {
 		t.Errorf("another session: %v", err)
@@ -420,7 +420,7 @@ func TestAnsweredByAnotherMessage(t *testing.T) {
 	r := e.start(t, e.config())
 	var mu sync.Mutex
 	var first *bus.Inbound
-	e.agent.set(func(in bus.Inbound) []bus.Outbound {
+	e.agent.Set(func(in bus.Inbound) []bus.Outbound {
 		mu.Lock()
 		defer mu.Unlock()
 		if first == nil {
@@ -442,7 +442,7 @@ func TestAnsweredByAnotherMessage(t *testing.T) {
 		}
 		got <- resp.Choices[0].Message.Content
 	}()
-	e.agent.waitInbound(t, "one", func(in bus.Inbound) bool { return in.Text == "one" })
+	e.agent.WaitInbound(t, "one", func(in bus.Inbound) bool { return in.Text == "one" })
 	req.Messages = []goopenai.ChatCompletionMessage{userMsg("two")}
 	resp, err := r.client(keyAnn).CreateChatCompletion(t.Context(), req)
 	if err != nil || resp.Choices[0].Message.Content != "both answered" {

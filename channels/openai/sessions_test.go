@@ -36,7 +36,7 @@ func TestSessionMapping(t *testing.T) {
 			t.Fatal(err)
 		}
 		id := strings.TrimPrefix(resp.ID, "chatcmpl-")
-		return e.agent.waitInbound(t, id, func(in bus.Inbound) bool { return in.ID == id })
+		return e.agent.WaitInbound(t, id, func(in bus.Inbound) bool { return in.ID == id })
 	}
 	earlier := []goopenai.ChatCompletionMessage{{Role: "system", Content: "Answer in French."}, userMsg("my name is Ann"), {Role: "assistant", Content: "Bonjour Ann"}}
 	work1 := send(keyAnn, "work", "ignored-user-field", append(earlier, userMsg("what is my name?"))...)
@@ -104,14 +104,14 @@ func TestIdempotencyKey(t *testing.T) {
 	release := make(chan struct{})
 	var mu sync.Mutex
 	turnsStarted := 0
-	e.agent.set(func(in bus.Inbound) []bus.Outbound {
+	e.agent.Set(func(in bus.Inbound) []bus.Outbound {
 		mu.Lock()
 		turnsStarted++
 		n := turnsStarted
 		mu.Unlock()
 		go func() {
 			<-release
-			e.agent.publish(t, reply(in, bus.KindReply, "answer "+in.Text+" #"+string(rune('0'+n))))
+			e.agent.Publish(t, reply(in, bus.KindReply, "answer "+in.Text+" #"+string(rune('0'+n))))
 		}()
 		return nil
 	})
@@ -130,7 +130,7 @@ func TestIdempotencyKey(t *testing.T) {
 	for range 2 {
 		go func() { s, err := ask(idemClient(r, keyAnn, "k1")); results <- res{s, err} }()
 	}
-	e.agent.waitInbound(t, "q", func(in bus.Inbound) bool { return in.Text == "q" })
+	e.agent.WaitInbound(t, "q", func(in bus.Inbound) bool { return in.Text == "q" })
 	close(release)
 	for range 2 {
 		got := <-results
@@ -150,7 +150,7 @@ func TestIdempotencyKey(t *testing.T) {
 	if s, err := ask(idemClient(r, keyBob, "k1")); err != nil || s != "answer q #2" {
 		t.Fatalf("bob's k1: %q, %v", s, err)
 	}
-	if n := len(e.agent.inbounds()); n != 2 {
+	if n := len(e.agent.Inbounds()); n != 2 {
 		t.Errorf("%d inbound envelopes reached the agent, want 2 (one per API key)", n)
 	}
 }
@@ -162,7 +162,7 @@ func TestIdempotencyKey(t *testing.T) {
 func TestDisconnectStopsTheTurn(t *testing.T) {
 	e := newEnv(t)
 	r := e.start(t, e.config())
-	e.agent.set(func(bus.Inbound) []bus.Outbound { return nil })
+	e.agent.Set(func(bus.Inbound) []bus.Outbound { return nil })
 	streamThenHangUp := func(c *goopenai.Client, text string) {
 		t.Helper()
 		ctx, cancel := context.WithCancel(t.Context())
@@ -184,16 +184,16 @@ func TestDisconnectStopsTheTurn(t *testing.T) {
 		stream.Close()
 	}
 	streamThenHangUp(r.client(keyAnn), "long task")
-	task := e.agent.waitInbound(t, "long task", func(in bus.Inbound) bool { return in.Text == "long task" })
-	stop := e.agent.waitInbound(t, "/stop", func(in bus.Inbound) bool { return in.Text == "/stop" })
+	task := e.agent.WaitInbound(t, "long task", func(in bus.Inbound) bool { return in.Text == "long task" })
+	stop := e.agent.WaitInbound(t, "/stop", func(in bus.Inbound) bool { return in.Text == "/stop" })
 	if stop.ChatID != task.ChatID || stop.UserID != "ann" {
 		t.Errorf("/stop went to %q as %q, want the turn's chat %q", stop.ChatID, stop.UserID, task.ChatID)
 	}
 	streamThenHangUp(idemClient(r, keyAnn, "keep-going"), "idempotent task")
-	e.agent.waitInbound(t, "idempotent task", func(in bus.Inbound) bool { return in.Text == "idempotent task" })
+	e.agent.WaitInbound(t, "idempotent task", func(in bus.Inbound) bool { return in.Text == "idempotent task" })
 	_ = r.stop(t) // Run returns once every request handler has
 	stops := 0
-	for _, in := range e.agent.inbounds() {
+	for _, in := range e.agent.Inbounds() {
 		if in.Text == "/stop" {
 			stops++
 		}
@@ -220,10 +220,10 @@ func TestIdempotencyKeyAcrossInstances(t *testing.T) {
 		}
 	}
 	release := make(chan struct{})
-	e.agent.set(func(in bus.Inbound) []bus.Outbound {
+	e.agent.Set(func(in bus.Inbound) []bus.Outbound {
 		go func() {
 			<-release
-			e.agent.publish(t, reply(in, bus.KindReply, "answer "+in.Text))
+			e.agent.Publish(t, reply(in, bus.KindReply, "answer "+in.Text))
 		}()
 		return nil
 	})
@@ -233,7 +233,7 @@ func TestIdempotencyKeyAcrossInstances(t *testing.T) {
 		_, err := idemClient(a, keyAnn, "k1").CreateChatCompletion(t.Context(), chatReq(userMsg("q")))
 		first <- err
 	}()
-	e.agent.waitInbound(t, "q", func(in bus.Inbound) bool { return in.Text == "q" })
+	e.agent.WaitInbound(t, "q", func(in bus.Inbound) bool { return in.Text == "q" })
 	_ = a.stop(t) // the instance goes away while the turn runs
 	<-first
 
@@ -247,7 +247,7 @@ func TestIdempotencyKeyAcrossInstances(t *testing.T) {
 	// first instance died before its publish): the same id, which the
 	// stream's de-duplication drops. A second turn would be a second id.
 	ids := map[string]bool{}
-	for _, in := range e.agent.inbounds() {
+	for _, in := range e.agent.Inbounds() {
 		ids[in.ID] = true
 	}
 	if len(ids) != 1 {

@@ -46,7 +46,7 @@ func (h *harness) Chat(conv string) string { return chatID("ann", conv) }
 
 func (h *harness) Start(t *testing.T) {
 	t.Helper()
-	h.e.agent.set(func(bus.Inbound) []bus.Outbound { return nil })
+	h.e.agent.Set(func(bus.Inbound) []bus.Outbound { return nil })
 	h.r = h.e.start(t, h.e.config())
 	h.b = h.r.browser(t)
 	h.b.login("ann", h.e.logCode(t))

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,6 +26,7 @@ import (
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/channels/channeltest"
 	"github.com/switchboard-chat/switchboard/internal/polltest"
 )
 
@@ -43,7 +43,7 @@ type env struct {
 	subj    bus.Subjects
 	state   string
 	pairDir string
-	agent   *fakeAgent
+	agent   *channeltest.Agent
 	logs    *syncBuffer
 	onStore func(*store)
 }
@@ -64,7 +64,7 @@ func newEnv(t *testing.T) *env {
 	dir := t.TempDir()
 	e := &env{nc: nc, js: js, subj: bus.Subjects{Prefix: "chat"}, state: filepath.Join(dir, "web.db"),
 		pairDir: PairDir(dir), logs: &syncBuffer{}}
-	e.agent = newFakeAgent(t, e)
+	e.agent = channeltest.NewAgent(t, e.nc, e.js, e.subj, Name, wait)
 	return e
 }
 
@@ -287,125 +287,8 @@ func (s *sse) next(t *testing.T, event string, pred func(string) bool) string {
 	}
 }
 
-// script answers one inbound envelope with what the agent publishes.
-type script func(in bus.Inbound) []bus.Outbound
-
-// fakeAgent stands for the agent runtime on the bus.
-type fakeAgent struct {
-	e *env
-
-	mu      sync.Mutex
-	script  script
-	seen    []bus.Inbound
-	changed chan struct{}
-}
-
-func newFakeAgent(t *testing.T, e *env) *fakeAgent {
-	a := &fakeAgent{e: e, changed: make(chan struct{}), script: func(in bus.Inbound) []bus.Outbound {
-		return []bus.Outbound{reply(in, bus.KindReply, "echo: "+in.Text)}
-	}}
-	sub, err := e.nc.Subscribe(e.subj.Prefix+".in."+Name+".>", func(m *nats.Msg) {
-		var in bus.Inbound
-		if err := json.Unmarshal(m.Data, &in); err != nil {
-			t.Errorf("fake agent: %v", err)
-			return
-		}
-		a.mu.Lock()
-		a.seen = append(a.seen, in)
-		s := a.script
-		close(a.changed)
-		a.changed = make(chan struct{})
-		a.mu.Unlock()
-		for _, o := range s(in) {
-			a.publish(t, o)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	return a
-}
-
-func (a *fakeAgent) set(s script) {
-	a.mu.Lock()
-	a.script = s
-	a.mu.Unlock()
-}
-
-func (a *fakeAgent) waitInbound(t *testing.T, what string, pred func(bus.Inbound) bool) bus.Inbound {
-	t.Helper()
-	deadline := time.After(wait)
-	for {
-		a.mu.Lock()
-		ch := a.changed
-		for _, in := range a.seen {
-			if pred(in) {
-				a.mu.Unlock()
-				return in
-			}
-		}
-		a.mu.Unlock()
-		select {
-		case <-ch:
-		case <-deadline:
-			t.Fatalf("no inbound %s within %s", what, wait)
-		}
-	}
-}
-
-func (a *fakeAgent) count() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.seen)
-}
-
-func (a *fakeAgent) publish(t *testing.T, o bus.Outbound) {
-	data, err := json.Marshal(o)
-	if err != nil {
-		t.Error(err)
-		return
-	}
-	subject := a.e.subj.Out(o.Channel, o.ChatID)
-	if !o.Final {
-		if err := a.e.nc.Publish(subject, data); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-			t.Error(err)
-		}
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if _, err := a.e.js.Publish(ctx, subject, data, jetstream.WithMsgID(o.ID)); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		t.Errorf("publish final: %v", err) // (a reply racing the end of its test finds the connection closed)
-	}
-}
-
-// event publishes an agent event for in.
-func (a *fakeAgent) event(t *testing.T, in bus.Inbound, typ string, data any) {
-	raw, _ := json.Marshal(data)
-	ev := bus.Event{V: 1, Type: typ, Session: in.SessionKey(), Channel: in.Channel, ChatID: in.ChatID, InReplyTo: in.ID, Time: time.Now(), Data: raw}
-	b, _ := json.Marshal(ev)
-	if err := a.e.nc.Publish(a.e.subj.Event(in.Channel, in.ChatID), b); err != nil {
-		t.Error(err)
-	}
-}
-
-var (
-	outSeq sync.Mutex
-	outN   int
-)
-
-// reply is an outbound envelope answering in; a final unless kind is
-// delta or typing.
-func reply(in bus.Inbound, kind, text string) bus.Outbound {
-	outSeq.Lock()
-	outN++
-	n := outN
-	outSeq.Unlock()
-	final := kind != bus.KindDelta && kind != bus.KindTyping
-	return bus.Outbound{V: 1, ID: fmt.Sprintf("%s.%d", in.ID, n), Channel: in.Channel, ChatID: in.ChatID, InReplyTo: in.ID,
-		Kind: kind, Text: text, Seq: n, Final: final}
-}
+// reply is an outbound envelope answering in (channeltest.Reply).
+func reply(in bus.Inbound, kind, text string) bus.Outbound { return channeltest.Reply(in, kind, text) }
 
 // syncBuffer is a bytes.Buffer safe for concurrent writers.
 type syncBuffer struct {

@@ -81,7 +81,7 @@ func TestEndpointsNeedLogin(t *testing.T) {
 			t.Errorf("GET %s: %d, want 200 (the login page needs it)", p, resp.StatusCode)
 		}
 	}
-	if n := e.agent.count(); n != 0 {
+	if n := e.agent.Count(); n != 0 {
 		t.Fatalf("%d inbound envelopes published by requests without a session", n)
 	}
 }
@@ -113,7 +113,7 @@ func TestCSRF(t *testing.T) {
 	if resp, _ := ann.do("GET", "/api/me", "", nil, nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("the refused logout logged out: /api/me = %d", resp.StatusCode)
 	}
-	if n := e.agent.count(); n != 0 {
+	if n := e.agent.Count(); n != 0 {
 		t.Fatalf("%d inbound envelopes published by refused requests", n)
 	}
 	// With the token it works, and logout ends the session.
@@ -235,14 +235,14 @@ func TestOversizeUpload(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "512 KiB") {
 		t.Fatalf("oversize upload: %d %s, want 413 naming the limit", resp.StatusCode, body)
 	}
-	if n := e.agent.count(); n != 0 {
+	if n := e.agent.Count(); n != 0 {
 		t.Fatalf("%d inbound envelopes after a refused upload", n)
 	}
 	resp, body = ann.send("c1", "small", "see attached", map[string][]byte{"notes.txt": []byte("hello file")})
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("small upload: %d %s", resp.StatusCode, body)
 	}
-	in := e.agent.waitInbound(t, "with the file", func(in bus.Inbound) bool { return len(in.Attachments) == 1 })
+	in := e.agent.WaitInbound(t, "with the file", func(in bus.Inbound) bool { return len(in.Attachments) == 1 })
 	if a := in.Attachments[0]; a.Name != "notes.txt" || a.Kind != bus.AttachFile || a.Size != 10 || a.Data != "aGVsbG8gZmlsZQ==" {
 		t.Fatalf("attachment %+v", a)
 	}
@@ -289,7 +289,7 @@ func TestTwoBrowsersOneConversation(t *testing.T) {
 	}
 	// The final comes once both browsers saw the delta (a delta the final
 	// overtakes is coalesced away by the bridge kit, by design).
-	e.agent.set(func(in bus.Inbound) []bus.Outbound { return []bus.Outbound{reply(in, bus.KindDelta, "Hel")} })
+	e.agent.Set(func(in bus.Inbound) []bus.Outbound { return []bus.Outbound{reply(in, bus.KindDelta, "Hel")} })
 	s1, s2, sb := one.events("shared"), two.events("shared"), bob.events("shared")
 	if resp, body := one.send("shared", "m1", "hi from one", nil); resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("send: %d %s", resp.StatusCode, body)
@@ -298,8 +298,8 @@ func TestTwoBrowsersOneConversation(t *testing.T) {
 		s.next(t, "msg", func(d string) bool { return strings.Contains(d, "hi from one") })
 		s.next(t, "out", func(d string) bool { return strings.Contains(d, `"kind":"delta"`) && strings.Contains(d, "Hel") })
 	}
-	in := e.agent.waitInbound(t, "hi from one", func(in bus.Inbound) bool { return in.Text == "hi from one" })
-	e.agent.publish(t, reply(in, bus.KindReply, "Hello, both"))
+	in := e.agent.WaitInbound(t, "hi from one", func(in bus.Inbound) bool { return in.Text == "hi from one" })
+	e.agent.Publish(t, reply(in, bus.KindReply, "Hello, both"))
 	for _, s := range []*sse{s1, s2} {
 		s.next(t, "out", func(d string) bool { return strings.Contains(d, `"final":true`) && strings.Contains(d, "Hello, both") })
 	}
@@ -340,9 +340,9 @@ func TestToolEventsStreamed(t *testing.T) {
 	ann := r.browser(t)
 	ann.login("ann", e.logCode(t))
 	s := ann.events("c1")
-	e.agent.set(func(in bus.Inbound) []bus.Outbound {
-		e.agent.event(t, in, bus.EventToolCall, map[string]any{"id": "t1", "name": "read_file", "arguments": `{"path":"a.txt"}`})
-		e.agent.event(t, in, bus.EventToolResult, map[string]any{"id": "t1", "name": "read_file", "duration_ms": 7, "text": "contents"})
+	e.agent.Set(func(in bus.Inbound) []bus.Outbound {
+		e.agent.Event(t, in, bus.EventToolCall, map[string]any{"id": "t1", "name": "read_file", "arguments": `{"path":"a.txt"}`})
+		e.agent.Event(t, in, bus.EventToolResult, map[string]any{"id": "t1", "name": "read_file", "duration_ms": 7, "text": "contents"})
 		return []bus.Outbound{reply(in, bus.KindReply, "done")}
 	})
 	ann.send("c1", "m1", "read it", nil)
@@ -377,7 +377,7 @@ func TestDashboard(t *testing.T) {
 	ann.login("ann", e.logCode(t))
 	// A tool call in another channel's chat, and a dead letter.
 	other := bus.Inbound{ID: "x1", Channel: "telegram", ChatID: "42"}
-	e.agent.event(t, other, bus.EventToolCall, map[string]any{"name": "web_fetch", "arguments": "{}"})
+	e.agent.Event(t, other, bus.EventToolCall, map[string]any{"name": "web_fetch", "arguments": "{}"})
 	if _, err := e.js.Publish(t.Context(), "chat.dlq.telegram", []byte(`{"v":1,"reason":"invalid envelope: text too long","subject":"chat.in.telegram.42","payload":"{}","size":2}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -497,7 +497,7 @@ func TestUploadSavedInInbox(t *testing.T) {
 	if resp, body := ann.send("c1", "f1", "the data", map[string][]byte{"../../evil name.csv": []byte("a,b\n1,2\n")}); resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("upload: %d %s", resp.StatusCode, body)
 	}
-	in := e.agent.waitInbound(t, "with the note", func(in bus.Inbound) bool { return strings.Contains(in.Text, "saved in the workspace as") })
+	in := e.agent.WaitInbound(t, "with the note", func(in bus.Inbound) bool { return strings.Contains(in.Text, "saved in the workspace as") })
 	m := regexp.MustCompile(`saved in the workspace as (\S+) `).FindStringSubmatch(in.Text)
 	if m == nil || !strings.HasPrefix(m[1], "inbox/web/") || strings.Contains(m[1], "..") || len(in.Attachments) != 0 {
 		t.Fatalf("inbound %q with %d attachments", in.Text, len(in.Attachments))
@@ -516,7 +516,7 @@ func TestProactiveMessageListed(t *testing.T) {
 	ann := r.browser(t)
 	ann.login("ann", e.logCode(t))
 	s := ann.events("sched1")
-	e.agent.publish(t, bus.Outbound{V: 1, ID: "p1", Channel: Name, ChatID: "ann:sched1", Kind: bus.KindReply, Text: "Your daily report", Final: true})
+	e.agent.Publish(t, bus.Outbound{V: 1, ID: "p1", Channel: Name, ChatID: "ann:sched1", Kind: bus.KindReply, Text: "Your daily report", Final: true})
 	s.next(t, "out", func(d string) bool { return strings.Contains(d, "Your daily report") })
 	_, body := ann.do("GET", "/api/conversations", "", nil, nil)
 	if !strings.Contains(string(body), `"id":"sched1"`) {
