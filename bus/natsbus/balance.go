@@ -110,6 +110,11 @@ func (p *part) startHoldOff(ctx context.Context, md *jetstream.MsgMetadata) {
 	defer cancel()
 	info, err := p.cons.Info(ctx)
 	if err != nil || info.Delivered.Consumer < md.Sequence.Consumer {
+		// Not known (a slow or stale answer on a busy server): hold off as
+		// if one message were out, until the first redelivery or
+		// PartitionedAckWait; waiting costs less than answering out of
+		// order.
+		p.foreign, p.holdUntil = 1, time.Now().Add(PartitionedAckWait+holdOffRetry)
 		return
 	}
 	mine := int(info.Delivered.Consumer - md.Sequence.Consumer + 1)
