@@ -3,6 +3,7 @@ package natsbus
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -50,14 +51,10 @@ type releasing struct{ pin string }
 //
 //   - While p is being released, a message under the pin given up is
 //     handed back at once; a message under a new pin ends the release.
-//   - Taking a partition over keeps its order: when the pin comes to this
-//     instance while messages delivered to another one are not
-//     acknowledged (it died holding them; the server redelivers them after
-//     [PartitionedAckWait]), the partition holds off: a first delivery is
-//     handed back for [holdOffRetry] until every one of those has come
-//     back as a redelivery (taken at once, ahead of the later messages),
-//     or for PartitionedAckWait and holdOffRetry at most.
-func (p *part) accept(ctx context.Context, m jetstream.Msg) bool {
+//   - When the pin has just come to this instance and messages delivered
+//     elsewhere are not acknowledged, p holds (see takeover.go): m is kept
+//     for later, unless it is one of those coming back.
+func (p *part) accept(ctx context.Context, m jetstream.Msg, log *slog.Logger) bool {
 	id := m.Headers().Get(pinIDHeader)
 	if r := p.release.Load(); r != nil {
 		if id == "" || id == r.pin {
@@ -69,58 +66,17 @@ func (p *part) accept(ctx context.Context, m jetstream.Msg) bool {
 	md, err := m.Metadata()
 	if old := p.pin.Load(); id != "" && (old == nil || *old != id) {
 		p.pin.Store(&id)
-		if err == nil {
-			p.startHoldOff(ctx, md)
+		if err == nil && p.hold == nil && !p.allMine(ctx, 1) {
+			now := time.Now()
+			p.hold = &takeover{until: now.Add(holdLimit), seqs: map[uint64]int{}, progress: now}
+			log.Info("took a partition over: its new messages wait for those delivered elsewhere before", "consumer", p.name)
 		}
 	}
-	if err == nil && time.Now().Before(p.holdUntil) {
-		seq := md.Sequence.Stream
-		if md.NumDelivered == 1 || p.handedBack[seq] {
-			if p.handedBack == nil {
-				p.handedBack = map[uint64]bool{}
-			}
-			p.handedBack[seq] = true
-			_ = m.NakWithDelay(holdOffRetry)
-			return false
-		}
-		if p.foreign--; p.foreign <= 0 {
-			p.holdUntil = time.Time{}
-		}
-	}
-	if err == nil && p.handedBack != nil {
-		delete(p.handedBack, md.Sequence.Stream)
-		if len(p.handedBack) == 0 {
-			p.handedBack = nil
-		}
+	if err == nil && p.hold != nil {
+		return p.keep(m, md)
 	}
 	p.held.Add(1)
 	return true
-}
-
-// holdOffRetry is how soon a message handed back while a partition holds
-// off comes again.
-const holdOffRetry = time.Second
-
-// startHoldOff counts, when the pin has just come to this instance with
-// m, the partition's messages delivered to other instances and not
-// acknowledged: every delivery since m's went to this instance, the ones
-// before to others (one API call). With some, the partition holds off.
-func (p *part) startHoldOff(ctx context.Context, md *jetstream.MsgMetadata) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	info, err := p.cons.Info(ctx)
-	if err != nil || info.Delivered.Consumer < md.Sequence.Consumer {
-		// Not known (a slow or stale answer on a busy server): hold off as
-		// if one message were out, until the first redelivery or
-		// PartitionedAckWait; waiting costs less than answering out of
-		// order.
-		p.foreign, p.holdUntil = 1, time.Now().Add(PartitionedAckWait+holdOffRetry)
-		return
-	}
-	mine := int(info.Delivered.Consumer - md.Sequence.Consumer + 1)
-	if p.foreign = info.NumAckPending - mine; p.foreign > 0 {
-		p.holdUntil = time.Now().Add(PartitionedAckWait + holdOffRetry)
-	}
 }
 
 // balance releases partitions this instance holds beyond its share, every

@@ -104,7 +104,8 @@ func (b *Bus) Consume(ctx context.Context, handler func(bus.Delivery)) error {
 	}
 	var one sync.Mutex // the handler is called one message at a time
 	for {
-		ccs, err := b.startConsuming(ctx, parts, handler, &one)
+		dispatch := b.dispatcher(handler)
+		ccs, err := b.startConsuming(ctx, parts, dispatch, &one)
 		if err != nil {
 			return fmt.Errorf("natsbus: consume: %w", err)
 		}
@@ -112,6 +113,7 @@ func (b *Bus) Consume(ctx context.Context, handler func(bus.Delivery)) error {
 		var balancing sync.WaitGroup
 		if b.partitions > 1 {
 			balancing.Go(func() { b.balance(bctx, parts, &one) })
+			balancing.Go(func() { b.holds(bctx, parts, &one, dispatch) })
 		}
 		restart := b.watch(ctx, ccs, status)
 		stopBalance()
@@ -122,6 +124,11 @@ func (b *Bus) Consume(ctx context.Context, handler func(bus.Delivery)) error {
 		for _, cc := range ccs {
 			<-cc.Closed()
 		}
+		one.Lock()
+		for _, p := range parts {
+			p.dropHold()
+		}
+		one.Unlock()
 		switch {
 		case b.closed.Load():
 			return fmt.Errorf("natsbus: consume: %w", ErrClosed)
@@ -135,25 +142,33 @@ func (b *Bus) Consume(ctx context.Context, handler func(bus.Delivery)) error {
 	}
 }
 
-// startConsuming starts the consume loop of every part; the handler is
-// called under one. On error the loops started are stopped.
-func (b *Bus) startConsuming(ctx context.Context, parts []*part, handler func(bus.Delivery), one *sync.Mutex) ([]jetstream.ConsumeContext, error) {
+// dispatcher returns what hands a message of part p, accepted, to the
+// handler (under the handler's lock).
+func (b *Bus) dispatcher(handler func(bus.Delivery)) func(*part, jetstream.Msg) {
 	limit := b.ns == nil && len(b.limits) > 0 // embedded: the ingress limits
+	return func(p *part, m jetstream.Msg) {
+		d := delivery{Msg: m, subject: publishedSubject(b.subj, m.Subject())}
+		if p.k >= 0 {
+			d.settle = &settle{held: &p.held}
+		}
+		if !limit || !b.rateLimited(d) {
+			handler(d)
+		}
+	}
+}
+
+// startConsuming starts the consume loop of every part; dispatch is
+// called under one. On error the loops started are stopped.
+func (b *Bus) startConsuming(ctx context.Context, parts []*part, dispatch func(*part, jetstream.Msg), one *sync.Mutex) ([]jetstream.ConsumeContext, error) {
 	ccs := make([]jetstream.ConsumeContext, 0, len(parts))
 	for _, p := range parts {
 		deliver := func(m jetstream.Msg) {
-			d := delivery{Msg: m, subject: publishedSubject(b.subj, m.Subject())}
 			one.Lock()
 			defer one.Unlock()
-			if p.k >= 0 {
-				if !p.accept(ctx, m) {
-					return
-				}
-				d.settle = &settle{held: &p.held}
+			if p.k >= 0 && !p.accept(ctx, m, b.log) {
+				return
 			}
-			if !limit || !b.rateLimited(d) {
-				handler(d)
-			}
+			dispatch(p, m)
 		}
 		opts := []jetstream.PullConsumeOpt{
 			jetstream.PullMaxMessages(pullBuffer),

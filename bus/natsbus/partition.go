@@ -119,12 +119,9 @@ type part struct {
 	held    atomic.Int64 // messages delivered and not yet settled ([settle])
 	release atomic.Pointer[releasing]
 
-	// Under the handler's lock ([part.accept]): until when the partition
-	// holds off after a takeover, how many messages delivered elsewhere it
-	// waits for, and the messages it handed back meanwhile.
-	holdUntil  time.Time
-	foreign    int
-	handedBack map[uint64]bool
+	// hold is the takeover in progress, if any (takeover.go), under the
+	// handler's lock.
+	hold *takeover
 }
 
 // pinned reports whether the pin the server holds for this consumer is
