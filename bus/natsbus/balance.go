@@ -53,7 +53,7 @@ type releasing struct{ pin string }
 //     handed back at once; a message under a new pin ends the release.
 //   - When the pin has just come to this instance and messages delivered
 //     elsewhere are not acknowledged, p holds (see takeover.go): m is kept
-//     for later, unless it is one of those coming back.
+//     until they are all back, then the kept ones go on in stream order.
 func (p *part) accept(ctx context.Context, m jetstream.Msg, log *slog.Logger) bool {
 	id := m.Headers().Get(pinIDHeader)
 	if r := p.release.Load(); r != nil {
@@ -73,7 +73,8 @@ func (p *part) accept(ctx context.Context, m jetstream.Msg, log *slog.Logger) bo
 		}
 	}
 	if err == nil && p.hold != nil {
-		return p.keep(m, md)
+		p.keep(m, md)
+		return false
 	}
 	p.held.Add(1)
 	return true

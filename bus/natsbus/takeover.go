@@ -13,15 +13,15 @@ import (
 // this instance while messages the server delivered to another one are
 // not acknowledged (that instance died holding them; the server redelivers
 // them after [PartitionedAckWait]), answering the partition's new messages
-// at once would let them overtake those. So the partition holds: its
-// first deliveries are kept here, in the order they arrive (not handed
-// back: a message handed back with a delay returns when its own timer
-// says, which is no order at all), while the redeliveries go to the
-// handler at once, oldest first as the server sends them. The hold ends,
-// and the kept messages go to the handler in stream order, as soon as
-// every message the server counts as unacknowledged on the partition is
-// this instance's (held or kept here: nothing is out elsewhere any more),
-// or after [holdLimit] at most. Kept messages are marked in progress so
+// at once would let them overtake those. So the partition holds: every
+// message it delivers meanwhile, new or redelivered, is kept here (not
+// handed back: a message handed back with a delay returns when its own
+// timer says, which is no order at all; and the server redelivers each
+// message when its own AckWait ends, which is not stream order either).
+// The hold ends, and the kept messages go to the handler in stream order,
+// as soon as every message the server counts as unacknowledged on the
+// partition is kept here (nothing is out elsewhere any more), or after
+// [holdLimit] at most. Kept messages are marked in progress so
 // the server does not redeliver them meanwhile, and count as held, so the
 // balance does not release a partition in the middle of its takeover.
 
@@ -64,28 +64,25 @@ func (p *part) allMine(ctx context.Context, extra int) bool {
 	return info.NumAckPending <= int(p.held.Load())+extra
 }
 
-// keep handles m while p holds: a message kept already and redelivered
-// replaces its earlier delivery; a redelivery of another goes on at once
-// (true); a first delivery is kept (false).
-func (p *part) keep(m jetstream.Msg, md *jetstream.MsgMetadata) bool {
+// keep keeps m while p holds; a message kept already and redelivered
+// replaces its earlier delivery. Redeliveries are kept too: the server
+// redelivers a message when its own AckWait ends, which is not stream
+// order (a message the dead holder marked in progress later comes back
+// later), so nothing of the partition goes on before the hold ends.
+func (p *part) keep(m jetstream.Msg, md *jetstream.MsgMetadata) {
 	h := p.hold
 	seq := md.Sequence.Stream
 	if i, ok := h.seqs[seq]; ok {
 		h.kept[i] = m
-		return false
-	}
-	if md.NumDelivered > 1 {
-		p.held.Add(1)
-		return true
+		return
 	}
 	if len(h.kept) >= maxKept {
 		_ = m.NakWithDelay(time.Second)
-		return false
+		return
 	}
 	p.held.Add(1)
 	h.seqs[seq] = len(h.kept)
 	h.kept = append(h.kept, m)
-	return false
 }
 
 // endHold returns p's kept messages in stream order and ends the hold.
