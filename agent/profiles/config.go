@@ -38,7 +38,6 @@ import (
 	"fmt"
 	"path"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -358,43 +357,6 @@ func (s Set) names() []string {
 		out = append(out, a.Name)
 	}
 	return out
-}
-
-// Reload puts next's bindings in force for new sessions (Swap) and returns
-// a line per change for the reload's log: the bindings applied; an agent's
-// other settings (workspace, model, tools, limits) and agents added or
-// removed are kept as they run until a restart, so a binding to an agent
-// that does not run yet picks main until then. The running agents'
-// heartbeats become next's ([Router.Heartbeats], for heartbeat.Runner.Swap).
-func (r *Router) Reload(next Set) []string {
-	old := r.set.Load()
-	var lines []string
-	if !slices.EqualFunc(old.Bindings, next.Bindings, func(a, b Binding) bool { return a.String() == b.String() }) {
-		lines = append(lines, fmt.Sprintf("bindings: applied (%d bindings) for new sessions; running sessions keep their agent", len(next.Bindings)))
-	}
-	for _, a := range next.Agents {
-		was, ok := old.Agent(a.Name)
-		a.Heartbeat, was.Heartbeat = heartbeat.Config{}, heartbeat.Config{}
-		switch {
-		case !ok:
-			lines = append(lines, fmt.Sprintf("agents.%s: new agent kept until restart (its sessions get main until then)", a.Name))
-		case !reflect.DeepEqual(a, was):
-			lines = append(lines, fmt.Sprintf("agents.%s: workspace, llm, agent and tools settings kept until restart", a.Name))
-		}
-	}
-	for _, a := range old.Agents {
-		if _, ok := next.Agent(a.Name); !ok {
-			lines = append(lines, fmt.Sprintf("agents.%s: removed, kept running until restart", a.Name))
-		}
-	}
-	run := next
-	run.Agents = slices.Clone(old.Agents) // the agents running, with next's heartbeats (off when removed)
-	for i, a := range run.Agents {
-		n, _ := next.Agent(a.Name)
-		run.Agents[i].Heartbeat = n.Heartbeat
-	}
-	r.Swap(run)
-	return lines
 }
 
 // Heartbeats are the heartbeats of the agents running, as the last Reload
