@@ -199,6 +199,32 @@ func (a *agentSet) replace(name string, timeout time.Duration, open, fallback fu
 	return why
 }
 
+// swap puts p in force for the running agent p.Name at once, without a
+// drain: turns already holding the agent's generation finish with it, and
+// it is closed after the last of them.
+func (a *agentSet) swap(p Profile) error {
+	g, err := a.build(p)
+	if err != nil {
+		return err
+	}
+	a.reconf.Lock()
+	defer a.reconf.Unlock()
+	a.mu.Lock()
+	old := a.cur[p.Name]
+	if a.done || old == nil {
+		a.mu.Unlock()
+		return fmt.Errorf("no running agent %s", p.Name)
+	}
+	a.cur[p.Name] = g
+	old.retired = true
+	now := old.refs == 0
+	a.mu.Unlock()
+	if now {
+		a.closeGen(old)
+	}
+	return nil
+}
+
 // open opens a profile and builds its generation, closing the profile
 // when it is invalid.
 func (a *agentSet) open(open func() (Profile, error)) (*generation, error) {

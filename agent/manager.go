@@ -362,6 +362,18 @@ func (m *Manager) Replace(name string, open, fallback func() (Profile, error)) e
 	return nil
 }
 
+// Swap puts p in force for the running agent p.Name at once (a reload
+// that changes no files: model or limits): turns already running finish
+// with the agent's previous profile, which is closed after the last of
+// them; the next turn of every session of the agent uses p. On an error
+// (p invalid, no such agent) p is not the manager's: the caller closes it.
+func (m *Manager) Swap(p Profile) error {
+	if err := m.agents.swap(p); err != nil {
+		return fmt.Errorf("agent %s: %w", p.Name, err)
+	}
+	return nil
+}
+
 // Add opens a new agent with open and puts it in force at once: a session
 // that Resolve gives it is answered by it from its first message.
 func (m *Manager) Add(name string, open func() (Profile, error)) error {

@@ -275,6 +275,11 @@ func (f *fakeAgents) Replace(name string, _, _ func() (agent.Profile, error)) er
 	return f.fail[name]
 }
 
+func (f *fakeAgents) Swap(p agent.Profile) error {
+	f.calls = append(f.calls, "swap "+p.Name)
+	return f.fail[p.Name]
+}
+
 func (f *fakeAgents) Add(name string, _ func() (agent.Profile, error)) error {
 	f.calls = append(f.calls, "add "+name)
 	return f.fail[name]

@@ -43,20 +43,24 @@ type Shared struct {
 	Log   *slog.Logger
 }
 
-// OpenAgent opens one agent from its spec: its workspace, model client
-// (wrapped in metrics.Model and reqlog.Model), long-term memory and tool
-// set, in spec.DataDir (data_dir itself for main, whose memory and
-// schedules use sh.State), and starts the memory's and tools' background
-// work. The profile's Close stops that work, waits for it and closes the
-// files; the agent.Manager calls it when the profile is replaced or the
-// manager stops. It also returns the agent's MCP servers (for GET /mcp).
-// On an error nothing is left open or running.
-func OpenAgent(spec Spec, sh Shared) (_ agent.Profile, _ *mcp.Manager, err error) {
-	log := sh.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	log = log.With("agent", spec.Name)
+// agentFiles are what an agent's generations share while only its model
+// or limits change: the workspace, long-term memory and tool set (with
+// tools.db and the memory index open, and their background work
+// running), opened once and closed after the last profile using them.
+type agentFiles struct {
+	ws    *workspace.Workspace
+	mem   *longterm.System
+	set   *toolset.Set
+	model currentModel // the consolidation's: the newest profile's model
+	refs  atomic.Int32
+	close func() error // stops the background work, closes the files
+}
+
+// openFiles opens an agent's workspace, memory and tool set from its spec,
+// in spec.DataDir (data_dir itself for main, whose memory and schedules use
+// sh.State), and starts their background work.
+func openFiles(spec Spec, sh Shared, log *slog.Logger) (_ *agentFiles, err error) {
+	f := &agentFiles{}
 	var closers []func() error
 	closeAll := func() error {
 		var errs []error
@@ -68,65 +72,96 @@ func OpenAgent(spec Spec, sh Shared) (_ agent.Profile, _ *mcp.Manager, err error
 	defer func() {
 		if err != nil {
 			_ = closeAll()
-			err = fmt.Errorf("agent %s: %w", spec.Name, err)
 		}
 	}()
-	ws, err := workspace.Open(spec.Workspace, log)
-	if err != nil {
-		return agent.Profile{}, nil, fmt.Errorf("workspace: %w", err)
+	if f.ws, err = workspace.Open(spec.Workspace, log); err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
 	}
-	closers = append(closers, ws.Close)
+	closers = append(closers, f.ws.Close)
+	mo := longterm.Options{Config: sh.Memory, Root: f.ws.Root(), DataDir: spec.DataDir,
+		LLMBaseURL: spec.LLM.BaseURL, LLMAPIKey: spec.LLM.APIKey, Model: &f.model, Log: log}
+	tc := toolset.Config{Tools: spec.Tools, MCP: sh.MCP, SubjectPrefix: sh.SubjectPrefix, DataDir: spec.DataDir, Version: sh.Version}
+	if spec.Name == Main { // the cluster's shared state is main's (Defaults.Shared)
+		mo.Shared, mo.Lease = sh.State.Memory, sh.State.Leases.Exclusive("consolidate")
+		tc.ScheduleStore, tc.ScheduleLease = sh.State.Schedules, sh.State.Leases.Exclusive("scheduler")
+	}
+	if f.mem, err = longterm.Open(mo); err != nil {
+		return nil, err
+	}
+	closers = append(closers, f.mem.Close)
+	if f.set, err = toolset.Open(tc, f.ws, sh.Bus, log, toolset.Privacy{Guard: f.mem.Guard, Private: f.mem.Private, Public: longterm.Public}, f.mem.Tools()...); err != nil {
+		return nil, err
+	}
+	f.close = running(log, closeAll, f.set.Run, f.mem.Run)
+	return f, nil
+}
+
+// profile builds a profile of the agent over f: a model client of
+// spec.LLM (wrapped in metrics.Model and reqlog.Model) and spec's limits.
+// Its Close releases f (the last release closes it).
+// It also returns the model (for the consolidation: currentModel.use).
+func (f *agentFiles) profile(spec Spec, sh Shared, log *slog.Logger) (agent.Profile, agent.Model, error) {
 	client, err := llm.Open(spec.LLM, log)
 	if err != nil {
-		return agent.Profile{}, nil, err
+		return agent.Profile{}, nil, fmt.Errorf("agent %s: %w", spec.Name, err)
 	}
 	if !spec.LLM.Configured() {
 		log.Warn("no language model is configured: every reply will explain how to configure one. " +
 			"Set OPENAI_API_KEY (and OPENAI_BASE_URL / OPENAI_MODEL for other OpenAI-compatible servers such as Ollama or vLLM), " +
 			"or edit the llm section of the config file")
 	}
-	model := metrics.Model{Next: client, DefaultModel: spec.LLM.Model, M: sh.Metrics}
-	mo := longterm.Options{Config: sh.Memory, Root: ws.Root(), DataDir: spec.DataDir,
-		LLMBaseURL: spec.LLM.BaseURL, LLMAPIKey: spec.LLM.APIKey, Model: model, Log: log}
-	tc := toolset.Config{Tools: spec.Tools, MCP: sh.MCP, SubjectPrefix: sh.SubjectPrefix, DataDir: spec.DataDir, Version: sh.Version}
-	if spec.Name == Main { // the cluster's shared state is main's (Defaults.Shared)
-		mo.Shared, mo.Lease = sh.State.Memory, sh.State.Leases.Exclusive("consolidate")
-		tc.ScheduleStore, tc.ScheduleLease = sh.State.Schedules, sh.State.Leases.Exclusive("scheduler")
-	}
-	mem, err := longterm.Open(mo)
-	if err != nil {
-		return agent.Profile{}, nil, err
-	}
-	closers = append(closers, mem.Close)
-	set, err := toolset.Open(tc, ws, sh.Bus, log, toolset.Privacy{Guard: mem.Guard, Private: mem.Private, Public: longterm.Public}, mem.Tools()...)
-	if err != nil {
-		return agent.Profile{}, nil, err
-	}
+	model := &metrics.Model{Next: client, DefaultModel: spec.LLM.Model, M: sh.Metrics}
+	f.refs.Add(1)
+	release := sync.OnceValue(func() error {
+		if f.refs.Add(-1) == 0 {
+			return f.close()
+		}
+		return nil
+	})
 	return agent.Profile{Name: spec.Name, Config: spec.Agent, Model: reqlog.Model{Next: model, R: sh.Requests},
 		Settings: agent.ModelSettings{ModelName: spec.LLM.Model, ContextWindow: spec.LLM.ContextWindow, MaxOutputTokens: spec.LLM.MaxTokens,
-			Temperature: spec.LLM.Temperature, ToolTimeout: set.CallTimeout, ReadFile: ws.ReadText},
-		Tools: set.Toolbox, Prompts: ws, Memory: mem, Skills: set.Skills, Summarizer: agent.SummarizerFor(spec.LLM.Configured(), model),
-		Close: running(log, closeAll, set.Run, mem.Run)}, set.MCP, nil
+			Temperature: spec.LLM.Temperature, ToolTimeout: f.set.CallTimeout, ReadFile: f.ws.ReadText},
+		Tools: f.set.Toolbox, Prompts: f.ws, Memory: f.mem, Skills: f.set.Skills, Summarizer: agent.SummarizerFor(spec.LLM.Configured(), model),
+		Close: release}, model, nil
 }
 
-// running starts runs (the tools' and memory's background work; the tool
-// set's closes tools.db when it returns) and returns the Close that stops
-// them, waits for them, then calls closeFiles; it runs once.
-func running(log *slog.Logger, closeFiles func() error, runs ...func(context.Context) error) func() error {
-	ctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for _, run := range runs {
-		wg.Go(func() {
-			if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				log.Error("an agent's background work stopped", "err", err)
-			}
-		})
+// openAgent opens one agent from its spec and the daemon's shared parts:
+// its files (openFiles) and a profile over them. The profile's Close stops
+// the background work, waits for it and closes the files; the
+// agent.Manager calls it when the profile is replaced or the manager
+// stops. On an error nothing is left open or running.
+func openAgent(spec Spec, sh Shared) (agent.Profile, *agentFiles, error) {
+	log := sh.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	return sync.OnceValue(func() error {
-		stop()
-		wg.Wait()
-		return closeFiles()
-	})
+	log = log.With("agent", spec.Name)
+	f, err := openFiles(spec, sh, log)
+	if err != nil {
+		return agent.Profile{}, nil, fmt.Errorf("agent %s: %w", spec.Name, err)
+	}
+	p, model, err := f.profile(spec, sh, log)
+	if err != nil {
+		_ = f.close()
+		return agent.Profile{}, nil, err
+	}
+	f.model.use(model)
+	return p, f, nil
+}
+
+// currentModel is the memory consolidation's model: the one of the
+// agent's newest profile. Safe for concurrent use.
+type currentModel struct{ m atomic.Pointer[agent.Model] }
+
+func (c *currentModel) use(m agent.Model) { c.m.Store(&m) }
+
+// Stream implements consolidate.Model.
+func (c *currentModel) Stream(ctx context.Context, req llm.Request, onDelta func(llm.Delta)) (*llm.Response, error) {
+	m := c.m.Load()
+	if m == nil {
+		return nil, errors.New("no model yet")
+	}
+	return (*m).Stream(ctx, req, onDelta)
 }
 
 // Runtime is the daemon's agents as configured and running: it opens them
@@ -137,7 +172,8 @@ type Runtime struct {
 	router *Router
 	sh     Shared
 	mcp    atomic.Pointer[mcp.Manager] // main's MCP servers, for GET /mcp
-	mu     sync.Mutex                  // one Reload at a time
+	mu     sync.Mutex                  // one Reload at a time; guards files
+	files  map[string]*agentFiles      // each running agent's newest files
 	// Main and Others are the agents Start opened, for agent.Deps.Main
 	// and agent.Agents.Profiles: the manager owns them from NewManager
 	// on (Close only when NewManager failed).
@@ -145,19 +181,20 @@ type Runtime struct {
 	Others []agent.Profile
 }
 
-// Start opens every agent of set (main first, with OpenAgent). On an error
+// Start opens every agent of set (main first, with openAgent). On an error
 // it closes what it opened.
 func Start(set Set, sh Shared) (*Runtime, error) {
-	rt := &Runtime{router: NewRouter(set), sh: sh}
+	rt := &Runtime{router: NewRouter(set), sh: sh, files: map[string]*agentFiles{}}
 	for _, spec := range set.Agents {
-		p, m, err := OpenAgent(spec, sh)
+		p, f, err := openAgent(spec, sh)
 		if err != nil {
 			_ = rt.Close()
 			return nil, err
 		}
+		rt.files[spec.Name] = f
 		if spec.Name == Main {
 			rt.Main = p
-			rt.mcp.Store(m)
+			rt.mcp.Store(f.set.MCP)
 			continue
 		}
 		rt.Others = append(rt.Others, p)
@@ -202,4 +239,24 @@ func (rt *Runtime) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Error(w, "no MCP servers", http.StatusServiceUnavailable)
+}
+
+// running starts runs (the tools' and memory's background work; the tool
+// set's closes tools.db when it returns) and returns the close that stops
+// them, waits for them, then calls closeFiles; it runs once.
+func running(log *slog.Logger, closeFiles func() error, runs ...func(context.Context) error) func() error {
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, run := range runs {
+		wg.Go(func() {
+			if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				log.Error("an agent's background work stopped", "err", err)
+			}
+		})
+	}
+	return sync.OnceValue(func() error {
+		stop()
+		wg.Wait()
+		return closeFiles()
+	})
 }

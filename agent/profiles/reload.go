@@ -2,6 +2,7 @@ package profiles
 
 import (
 	"fmt"
+	"log/slog"
 	"reflect"
 	"slices"
 	"strings"
@@ -11,10 +12,12 @@ import (
 )
 
 // Agents is what a reload changes in the running agents (agent.Manager:
-// Replace drains an agent and puts a new profile in force, Add opens a
-// new one, Remove hands its sessions to main).
+// Replace drains an agent and puts a new profile in force, Swap puts one
+// in force without draining, Add opens a new agent, Remove hands its
+// sessions to main).
 type Agents interface {
 	Replace(name string, open, fallback func() (agent.Profile, error)) error
+	Swap(p agent.Profile) error
 	Add(name string, open func() (agent.Profile, error)) error
 	Remove(name string) error
 }
@@ -64,6 +67,7 @@ func (rt *Runtime) Reload(run Agents, next Set) []string {
 			running.Agents = append(running.Agents, was)
 			continue
 		}
+		delete(rt.files, was.Name)
 		lines = append(lines, fmt.Sprintf("agents.%s: removed; its sessions are answered by main from their next message", was.Name))
 	}
 	rt.router.Swap(running)
@@ -85,21 +89,61 @@ func (rt *Runtime) apply(run Agents, spec, was Spec, ok bool) (string, *Spec) {
 	if len(parts) == 0 {
 		return "", &spec
 	}
-	if err := run.Replace(spec.Name, rt.opener(spec), rt.opener(was)); err != nil {
+	if err := rt.rebuild(run, was, spec); err != nil {
 		return fmt.Sprintf("%s: not applied: %v", key, err), &was
 	}
 	return fmt.Sprintf("%s: %s applied (next turn)", key, strings.Join(parts, ", ")), &spec
 }
 
-// opener opens spec for Agents.Replace and Add; main's MCP servers become
-// GET /mcp's.
+// rebuild puts spec in force for a running agent (was). When only its
+// model or limits changed, the new profile shares the running one's files
+// and is swapped in at once (a turn in flight finishes with the old
+// profile); else the agent is drained and its files reopened
+// (Agents.Replace), since tools.db and the memory files can be open only
+// once.
+func (rt *Runtime) rebuild(run Agents, was, spec Spec) error {
+	f := rt.files[spec.Name]
+	if f == nil || reopens(was, spec, rt.sh) {
+		return run.Replace(spec.Name, rt.opener(spec), rt.opener(was))
+	}
+	log := rt.sh.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p, model, err := f.profile(spec, rt.sh, log.With("agent", spec.Name))
+	if err != nil {
+		return err
+	}
+	if err := run.Swap(p); err != nil {
+		_ = p.Close()
+		return err
+	}
+	f.model.use(model)
+	return nil
+}
+
+// reopens reports whether going from was to next needs the agent's files
+// opened again: its workspace or tools changed, or the model server that
+// the memory's embeddings use by default.
+func reopens(was, next Spec, sh Shared) bool {
+	embedsWithLLM := sh.Memory.EmbeddingModel != "" && (sh.Memory.EmbeddingBaseURL == "" || sh.Memory.EmbeddingAPIKey == "")
+	return was.Workspace != next.Workspace || !reflect.DeepEqual(was.Tools, next.Tools) ||
+		(embedsWithLLM && (was.LLM.BaseURL != next.LLM.BaseURL || was.LLM.APIKey != next.LLM.APIKey))
+}
+
+// opener opens spec for Agents.Replace and Add (called while Reload
+// runs); main's MCP servers become GET /mcp's.
 func (rt *Runtime) opener(spec Spec) func() (agent.Profile, error) {
 	return func() (agent.Profile, error) {
-		p, m, err := OpenAgent(spec, rt.sh)
-		if err == nil && spec.Name == Main {
-			rt.mcp.Store(m)
+		p, f, err := openAgent(spec, rt.sh)
+		if err != nil {
+			return p, err
 		}
-		return p, err
+		rt.files[spec.Name] = f
+		if spec.Name == Main {
+			rt.mcp.Store(f.set.MCP)
+		}
+		return p, nil
 	}
 }
 
