@@ -26,10 +26,6 @@ type generation struct {
 	closed  chan struct{} // closed once close ran
 }
 
-// errShutDown is returned by the agentSet's changes once the manager's Run
-// has ended.
-var errShutDown = errors.New("the agent runtime has shut down")
-
 // agentSet is every agent's current generation by name. Acquiring and
 // releasing take mu only for a counter; nothing is held across a model
 // call. Replace, Add and Remove run one at a time (reconf).
