@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -35,7 +36,7 @@ type agentSet struct {
 	mu     sync.Mutex
 	cur    map[string]*generation
 	gate   map[string]chan struct{} // agents being drained: closed when the drain ends
-	old    map[string]*generation   // removed generations still held by a turn
+	old    map[string][]*generation // retired generations still held by a turn, by agent
 	done   bool                     // closeAll ran
 }
 
@@ -125,10 +126,42 @@ func (a *agentSet) closeGen(g *generation) {
 	}
 	close(g.closed)
 	a.mu.Lock()
-	if a.old[g.env.agent] == g {
-		delete(a.old, g.env.agent)
+	name := g.env.agent
+	if i := slices.Index(a.old[name], g); i >= 0 {
+		a.old[name] = slices.Delete(a.old[name], i, i+1)
+	}
+	if len(a.old[name]) == 0 {
+		delete(a.old, name)
 	}
 	a.mu.Unlock()
+}
+
+// retire marks g retired; it returns true when nobody holds it (the
+// caller closes it then), else keeps it among the agent's retired ones
+// until its last release. The caller holds mu.
+func (a *agentSet) retire(g *generation) (closeNow bool) {
+	g.retired = true
+	if g.refs == 0 {
+		return true
+	}
+	a.old[g.env.agent] = append(a.old[g.env.agent], g)
+	return false
+}
+
+// waitRetired waits until every retired generation of agent name is
+// closed (they may hold its files), or until expired fires: false then.
+func (a *agentSet) waitRetired(name string, expired <-chan time.Time) bool {
+	a.mu.Lock()
+	pending := slices.Clone(a.old[name])
+	a.mu.Unlock()
+	for _, g := range pending {
+		select {
+		case <-g.closed:
+		case <-expired:
+			return false
+		}
+	}
+	return true
 }
 
 // replace drains agent name (new turns wait, running ones finish, for at
@@ -158,18 +191,22 @@ func (a *agentSet) replace(name string, timeout time.Duration, open, fallback fu
 		idle = old.idle
 	}
 	a.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	busy := false
 	if idle != nil {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
 		select {
 		case <-idle:
 		case <-t.C:
-			a.mu.Lock()
-			delete(a.gate, name)
-			old.idle = nil
-			a.mu.Unlock()
-			return fmt.Errorf("still busy after %s (shutdown_timeout); the running settings stay", timeout)
+			busy = true
 		}
+	}
+	if busy || !a.waitRetired(name, t.C) { // an earlier generation still running shares its files
+		a.mu.Lock()
+		delete(a.gate, name)
+		old.idle = nil
+		a.mu.Unlock()
+		return fmt.Errorf("still busy after %s (shutdown_timeout); the running settings stay", timeout)
 	}
 	a.mu.Lock()
 	old.retired = true
@@ -212,8 +249,7 @@ func (a *agentSet) swap(p Profile) error {
 		return fmt.Errorf("no running agent %s", p.Name)
 	}
 	a.cur[p.Name] = g
-	old.retired = true
-	now := old.refs == 0
+	now := a.retire(old)
 	a.mu.Unlock()
 	if now {
 		a.closeGen(old)
@@ -243,19 +279,15 @@ func (a *agentSet) add(name string, timeout time.Duration, open func() (Profile,
 	defer a.reconf.Unlock()
 	a.mu.Lock()
 	_, exists := a.cur[name]
-	prev, done := a.old[name], a.done
+	done := a.done
 	a.mu.Unlock()
 	if exists || done {
 		return fmt.Errorf("agent %s is running already", name)
 	}
-	if prev != nil {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		select {
-		case <-prev.closed:
-		case <-t.C:
-			return fmt.Errorf("its removed instance is still busy after %s (shutdown_timeout)", timeout)
-		}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	if !a.waitRetired(name, t.C) {
+		return fmt.Errorf("its removed instance is still busy after %s (shutdown_timeout)", timeout)
 	}
 	g, err := a.open(open)
 	if err != nil {
@@ -282,11 +314,7 @@ func (a *agentSet) remove(name string) error {
 		return fmt.Errorf("no running agent %s", name)
 	}
 	delete(a.cur, name)
-	g.retired = true
-	now := g.refs == 0
-	if !now {
-		a.old[name] = g
-	}
+	now := a.retire(g)
 	a.mu.Unlock()
 	if now {
 		a.closeGen(g)

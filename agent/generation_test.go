@@ -206,3 +206,35 @@ func TestRemoveHandsSessionsToMain(t *testing.T) {
 	m.releaseAgent(g)
 	m.agents.closeAll()
 }
+
+// TestReplaceWaitsForEarlierGenerations: a generation swapped out (model
+// change) shares the agent's files with the current one; a Replace that
+// reopens the files waits for it too, not only for the current one.
+func TestReplaceWaitsForEarlierGenerations(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var closes sync.Map
+		m := genManager(t, &closes)
+		ctx := t.Context()
+		early, _ := m.acquireAgent(ctx, "work")
+		if err := m.Swap(genProfile("work", "work-2", &closes)); err != nil {
+			t.Fatal(err)
+		}
+		var opened atomic.Bool
+		replaced := make(chan error, 1)
+		go func() {
+			replaced <- m.Replace("work", func() (Profile, error) { opened.Store(true); return genProfile("work", "work-3", &closes), nil }, nil)
+		}()
+		synctest.Wait()
+		if opened.Load() {
+			t.Fatal("the files were reopened while a swapped-out generation still ran")
+		}
+		m.releaseAgent(early)
+		if err := <-replaced; err != nil || !opened.Load() {
+			t.Fatalf("replace after the early turn ended: %v", err)
+		}
+		if a, b := closed(&closes, "work-1"), closed(&closes, "work-2"); a != 1 || b != 1 {
+			t.Errorf("closes: work-1 %d, work-2 %d; want 1 each", a, b)
+		}
+		m.agents.closeAll()
+	})
+}

@@ -96,7 +96,7 @@ func profileEnv(base *sessionEnv, p Profile) *sessionEnv {
 // newAgents checks the profiles and returns the set of every agent, main
 // (built from NewManager's Config and Options) included.
 func newAgents(base *sessionEnv, main Profile, a Agents) (*agentSet, error) {
-	set := &agentSet{base: base, cur: map[string]*generation{}, gate: map[string]chan struct{}{}, old: map[string]*generation{}}
+	set := &agentSet{base: base, cur: map[string]*generation{}, gate: map[string]chan struct{}{}, old: map[string][]*generation{}}
 	main.Name, main.Config, main.Settings = MainAgent, base.cfg, settingsOf(base.opt)
 	g, err := set.build(main)
 	if err != nil {
