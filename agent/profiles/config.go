@@ -27,10 +27,16 @@
 //
 // # Runtime
 //
-// [Open] builds one agent.Profile per agent beside main (its workspace,
-// long-term memory and tool set, in data_dir/agents/<name>/; main keeps the
-// daemon's own paths, so an upgrade loses nothing), and [Router.Resolve] is
-// the agent.Agents.Resolve that the manager calls once per new session.
+// [Start] opens every agent, main included, with one function (openAgent:
+// its workspace, model client, long-term memory and tool set, in
+// data_dir/agents/<name>/; main keeps the daemon's own paths, so an upgrade
+// loses nothing) into the agent.Profiles of agent.Deps; [Runtime.Resolve]
+// is the agent.Agents.Resolve that the manager calls once per new session.
+// [Runtime.Reload] applies a reloaded configuration: bindings for new
+// sessions, and each agent whose settings changed rebuilt (a model or
+// limits change over the same open files at once, a workspace or tools
+// change after draining the agent), added or removed, through the
+// manager ([Agents]).
 package profiles
 
 import (
