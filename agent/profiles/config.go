@@ -70,9 +70,6 @@ type Defaults struct {
 	// DataDir is data_dir: main's state lives there, another agent's in
 	// data_dir/agents/<name>.
 	DataDir string
-	// Shared is true with memory.store jetstream, whose shared memory and
-	// schedule buckets are not per agent yet: only main may exist then.
-	Shared bool
 }
 
 // Spec is one agent's settings after inheritance: the top-level sections
@@ -250,9 +247,6 @@ func Build(d Defaults, raw map[string]config.Node, bindings []Binding) (Set, err
 		spec, perrs := decodeSpec(d, name, raw[name], inherited)
 		errs = append(errs, perrs...)
 		set.Agents = append(set.Agents, spec)
-	}
-	if d.Shared && len(names) > 0 {
-		errs = append(errs, fmt.Errorf("agents: only main may exist with memory.store jetstream (shared memory is not per agent yet), found %s", strings.Join(names, ", ")))
 	}
 	errs = append(errs, distinctWorkspaces(set.Agents)...)
 	errs = append(errs, checkBindings(set, bindings)...)

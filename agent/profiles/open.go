@@ -36,9 +36,11 @@ type Shared struct {
 	Metrics  *metrics.Metrics
 	Requests *reqlog.Recorder
 	// State is the cluster state (memory.store jetstream; zero on bolt):
-	// main's memory notes and scheduled tasks live in its buckets, its
-	// consolidation and scheduler run under the leases "consolidate" and
-	// "scheduler".
+	// every agent's memory notes and scheduled tasks live in its buckets,
+	// main's under the keys they always had, another agent's in its own
+	// key scope (kvstate.Scoped); main's consolidation and scheduler run
+	// under the leases "consolidate" and "scheduler", another agent's
+	// under "consolidate.<name>" and "scheduler.<name>".
 	State kvstate.Set
 	Log   *slog.Logger
 }
@@ -81,10 +83,15 @@ func openFiles(spec Spec, sh Shared, log *slog.Logger) (_ *agentFiles, err error
 	mo := longterm.Options{Config: sh.Memory, Root: f.ws.Root(), DataDir: spec.DataDir,
 		LLMBaseURL: spec.LLM.BaseURL, LLMAPIKey: spec.LLM.APIKey, Model: &f.model, Log: log}
 	tc := toolset.Config{Tools: spec.Tools, MCP: sh.MCP, SubjectPrefix: sh.SubjectPrefix, DataDir: spec.DataDir, Version: sh.Version}
-	if spec.Name == Main { // the cluster's shared state is main's (Defaults.Shared)
-		mo.Shared, mo.Lease = sh.State.Memory, sh.State.Leases.Exclusive("consolidate")
-		tc.ScheduleStore, tc.ScheduleLease = sh.State.Schedules, sh.State.Leases.Exclusive("scheduler")
+	// With the cluster state (memory.store jetstream) main keeps the keys
+	// and leases it always had; another agent its own key scope and leases
+	// "consolidate.<name>", "scheduler.<name>".
+	scope, lease := "", ""
+	if spec.Name != Main {
+		scope, lease = spec.Name, "."+spec.Name
 	}
+	mo.Shared, mo.Lease = kvstate.Scoped(sh.State.Memory, scope), sh.State.Leases.Exclusive("consolidate"+lease)
+	tc.ScheduleStore, tc.ScheduleLease = kvstate.Scoped(sh.State.Schedules, scope), sh.State.Leases.Exclusive("scheduler"+lease)
 	if f.mem, err = longterm.Open(mo); err != nil {
 		return nil, err
 	}
