@@ -341,14 +341,3 @@ func (a *agentSet) closeAll() {
 		a.closeGen(g)
 	}
 }
-
-// names are the agents in force.
-func (a *agentSet) names() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := make([]string, 0, len(a.cur))
-	for n := range a.cur {
-		out = append(out, n)
-	}
-	return out
-}

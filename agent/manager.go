@@ -394,13 +394,6 @@ func (m *Manager) Remove(name string) error {
 	return nil
 }
 
-// Agents are the names of the agents in force, sorted.
-func (m *Manager) Agents() []string {
-	names := m.agents.names()
-	slices.Sort(names)
-	return names
-}
-
 func (m *Manager) draining() bool { return m.env.courier.draining.Load() }
 
 // sweeper retires the sessions idle for longer than Config.SessionIdle,
