@@ -25,6 +25,7 @@ type generation struct {
 	retired bool
 	idle    chan struct{} // set while a Replace waits for refs to reach 0; closed then
 	closed  chan struct{} // closed once close ran
+	once    sync.Once     // close runs once
 }
 
 // agentSet is every agent's current generation by name. Acquiring and
@@ -60,6 +61,10 @@ func (a *agentSet) build(p Profile) (*generation, error) {
 func (a *agentSet) acquire(ctx context.Context, name string) (g *generation, ok bool) {
 	for {
 		a.mu.Lock()
+		if a.done {
+			a.mu.Unlock()
+			return nil, false // Run ended
+		}
 		if gate := a.gate[name]; gate != nil {
 			a.mu.Unlock()
 			select {
@@ -116,15 +121,17 @@ func (a *agentSet) current(name string) *sessionEnv {
 	return a.base
 }
 
-// closeGen closes a retired generation nobody holds (exactly once: the
-// caller saw retired and no refs under mu, or made it so).
+// closeGen closes a retired generation nobody holds (the caller saw
+// retired and no refs under mu, or made it so); it runs Profile.Close once.
 func (a *agentSet) closeGen(g *generation) {
-	if g.close != nil {
-		if err := g.close(); err != nil {
-			a.base.log.Warn("closing an agent's replaced generation failed", "agent", g.env.agent, "err", err)
+	g.once.Do(func() {
+		if g.close != nil {
+			if err := g.close(); err != nil {
+				a.base.log.Warn("closing an agent's replaced generation failed", "agent", g.env.agent, "err", err)
+			}
 		}
-	}
-	close(g.closed)
+		close(g.closed)
+	})
 	a.mu.Lock()
 	name := g.env.agent
 	if i := slices.Index(a.old[name], g); i >= 0 {
@@ -171,8 +178,8 @@ func (a *agentSet) waitRetired(name string, expired <-chan time.Time) bool {
 // reopens the old settings and the error says why the new ones were not
 // applied. An agent is never left without a generation: if fallback fails
 // too, a non-main agent is removed (its sessions go to main) and main
-// keeps its closed generation (its model answers, its tools report
-// errors); the error says so.
+// keeps its closed generation (its turns answer with an error until a
+// reload reopens it); the error says so.
 func (a *agentSet) replace(name string, timeout time.Duration, open, fallback func() (Profile, error)) error {
 	a.reconf.Lock()
 	defer a.reconf.Unlock()
@@ -226,6 +233,9 @@ func (a *agentSet) replace(name string, timeout time.Duration, open, fallback fu
 	case name != MainAgent:
 		delete(a.cur, name)
 		why = fmt.Errorf("%w; the agent is removed until the next reload (main answers its sessions)", why)
+	default:
+		old.retired = false // main keeps its closed generation: its turns fail (files closed) until the next reload
+		why = fmt.Errorf("%w; main's files are closed: its turns fail until a reload reopens them", why)
 	}
 	delete(a.gate, name)
 	a.mu.Unlock()
