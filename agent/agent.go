@@ -7,11 +7,14 @@
 // model loop of one turn is package agent/loop; a session runs it with the
 // fitted history and turns its result into outbound messages.
 //
-// One manager runs every agent of the daemon (Deps.Agents): each session
-// is answered by one agent, chosen when the session is created and kept
-// for its life, and looks up its prompt files, model, tools, memory,
-// skills and limits through it; the bus, the store, the turn slots and
-// the delivery are shared.
+// One manager runs every agent of the daemon (Deps.Main and Deps.Agents):
+// each session is answered by one agent, chosen when the session is
+// created and kept (by name) for its life. Each turn acquires the agent's
+// current generation (its prompt files, model, tools, memory, skills and
+// limits, from its current Profile) and releases it when done, so a
+// reload (Manager.Swap, Replace, Add, Remove) applies from the next turn
+// and a replaced generation is closed after its last turn; the bus, the
+// store, the turn slots and the delivery are shared.
 //
 // The runtime knows nothing about Telegram or Slack: it consumes inbound
 // envelopes from the bus and publishes outbound ones (DESIGN.md §3–6). Its

@@ -116,8 +116,8 @@ func newHarness(t *testing.T, mods ...func(*harnessConfig)) *harness {
 		tb = reg
 	}
 	hc.opt.Subjects = h.bus.Subjects()
-	mgr, err := NewManager(hc.cfg, hc.opt, Deps{Source: h.bus, Publisher: pub, Store: store, Model: client,
-		Tools: tb, Prompts: hc.prompts, Summarizer: hc.summarizer, Memory: hc.memory, Observer: hc.observer, Agents: hc.agents})
+	mgr, err := NewManager(hc.cfg, hc.opt, Deps{Source: h.bus, Publisher: pub, Store: store,
+		Main: Profile{Model: client, Tools: tb, Prompts: hc.prompts, Summarizer: hc.summarizer, Memory: hc.memory}, Observer: hc.observer, Agents: hc.agents})
 	if err != nil {
 		t.Fatal(err)
 	}

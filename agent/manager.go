@@ -42,29 +42,24 @@ const (
 // the inbound message whose final holds the answer.
 const MetaAnsweredBy = "answered_by"
 
-// Deps are the manager's collaborators. All are required except Tools.
+// Deps are the manager's collaborators. Source, Publisher, Store and
+// Main's Model and Prompts are required.
 type Deps struct {
 	Source    Source
 	Publisher Publisher
 	Store     memory.Store
-	Model     Model
-	Tools     Toolbox
-	Prompts   PromptFiles
 	Log       *slog.Logger
-	// Summarizer, when set, writes the summary of turns dropped from the
-	// context; without it (or when it fails) a rule-based digest is used.
-	Summarizer Summarizer
 	// Observer, when set, receives measurements for metrics.
 	Observer Observer
-	// Skills, when set, adds the skills section to the system prompt.
-	Skills SkillsSection
-	// Memory, when set, gives each turn its scoped long-term memory in
-	// place of the workspace MEMORY.md.
-	Memory Memory
 	// Pairing, when set, answers /pair approve CODE from an owner.
 	Pairing Pairing
-	// Agents are the agents beside main (built from the fields above and
-	// NewManager's Config and Options) and how a new session picks one.
+	// Main is the agent main's collaborators (its model, tools, prompt
+	// files, memory, skills, summarizer, Close). Its Name, Config and
+	// Settings are NewManager's: MainAgent, NewManager's Config and
+	// Options' model settings; a later Replace of main uses the new
+	// profile's.
+	Main Profile
+	// Agents are the agents beside main and how a new session picks one.
 	Agents Agents
 }
 
@@ -131,7 +126,7 @@ type Manager struct {
 	sessions map[string]*session
 	peak     int // most sessions the map held since it was last rebuilt (shrink)
 
-	agents  map[string]*sessionEnv // every agent's environment by name, main's (env) included
+	agents  *agentSet // every agent's current generation, main's included
 	resolve func(bus.Speaker) string
 
 	wg          sync.WaitGroup // heartbeat, sweep, summaries, command goroutines
@@ -139,14 +134,17 @@ type Manager struct {
 	summaryJobs chan summaryJob
 }
 
-// sessionEnv is what the manager shares with every session: settings,
-// collaborators, the courier that delivers answers and the turn counters.
-// The settings and collaborators never change after NewManager.
+// sessionEnv is one agent's generation as its sessions see it: settings,
+// collaborators (prof), the courier that delivers answers and the turn
+// counters (shared by every agent). It never changes once built; the
+// manager's own (Manager.env) has no agent's collaborators (prof and exec
+// are zero), only the shared parts.
 type sessionEnv struct {
 	agent   string // the agent's name
 	cfg     Config
 	opt     Options
 	deps    Deps
+	prof    Profile
 	exec    *loop.Executor
 	courier *courier
 	stats   *turnStats
@@ -165,8 +163,8 @@ func NewManager(cfg Config, opt Options, deps Deps) (*Manager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
-	if deps.Source == nil || deps.Publisher == nil || deps.Store == nil || deps.Model == nil || deps.Prompts == nil {
-		return nil, errors.New("agent: NewManager: Source, Publisher, Store, Model and Prompts are required")
+	if deps.Source == nil || deps.Publisher == nil || deps.Store == nil || deps.Main.Model == nil || deps.Main.Prompts == nil {
+		return nil, errors.New("agent: NewManager: Source, Publisher, Store and Main's Model and Prompts are required")
 	}
 	opt = opt.withDefaults()
 	log := deps.Log
@@ -178,10 +176,10 @@ func NewManager(cfg Config, opt Options, deps Deps) (*Manager, error) {
 	}
 	mlog := log.With("component", "agent")
 	env := &sessionEnv{agent: MainAgent, cfg: cfg, opt: opt, deps: deps, log: mlog,
-		exec:    loop.New(deps.Model, deps.Tools, loopOptions(cfg, opt, deps.Observer), log),
 		courier: newCourier(deps, opt, mlog),
 		stats:   &turnStats{start: opt.Now()}}
-	agents, err := newAgents(env, deps.Agents)
+	env.deps.Main, env.deps.Agents = Profile{}, Agents{}
+	agents, err := newAgents(env, deps.Main, deps.Agents)
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
@@ -230,9 +228,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer cancel()
 	m.wg.Go(func() { m.env.courier.heartbeat(runCtx, m.env.opt.Heartbeat) })
 	m.wg.Go(func() { m.sweeper(runCtx) })
-	if m.summarizes() {
-		m.summaries(runCtx)
-	}
+	m.summaries(runCtx)
 	err := m.source.Consume(ctx, func(d bus.Delivery) { m.dispatch(runCtx, d) })
 	// Running sessions see the flag before their next turn and end; idle
 	// ones have no goroutine.
@@ -249,6 +245,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	cancel()
 	<-drained
 	m.wg.Wait()
+	m.agents.closeAll()
 	if err != nil {
 		return fmt.Errorf("agent: consume: %w", err)
 	}
@@ -341,6 +338,62 @@ func (m *Manager) acquireTurn(ctx context.Context) (release func(), ok bool) {
 
 func (m *Manager) background(f func()) { m.wg.Go(f) }
 
+func (m *Manager) acquireAgent(ctx context.Context, name string) (*generation, bool) {
+	return m.agents.acquire(ctx, name)
+}
+
+func (m *Manager) releaseAgent(g *generation) { m.agents.release(g) }
+
+func (m *Manager) agentEnv(name string) *sessionEnv { return m.agents.current(name) }
+
+// Replace puts a new generation of the running agent name in force (a
+// configuration reload): new turns of that agent wait while its running
+// ones finish, for at most Options.ShutdownTimeout; then its generation is
+// closed (Profile.Close), open opens the next and the waiting turns go on
+// with it. Sessions keep the agent; their next turn uses the new profile.
+// When the agent stays busy the running generation stays; when open fails
+// or returns an invalid profile, fallback reopens the running settings;
+// either way the error says why the new settings were not applied. Safe
+// for concurrent use with the sessions; one change runs at a time.
+func (m *Manager) Replace(name string, open, fallback func() (Profile, error)) error {
+	if err := m.agents.replace(name, m.env.opt.ShutdownTimeout, open, fallback); err != nil {
+		return fmt.Errorf("agent %s: %w", name, err)
+	}
+	return nil
+}
+
+// Swap puts p in force for the running agent p.Name at once (a reload
+// that changes no files: model or limits): turns already running finish
+// with the agent's previous profile, which is closed after the last of
+// them; the next turn of every session of the agent uses p. On an error
+// (p invalid, no such agent) p is not the manager's: the caller closes it.
+func (m *Manager) Swap(p Profile) error {
+	if err := m.agents.swap(p); err != nil {
+		return fmt.Errorf("agent %s: %w", p.Name, err)
+	}
+	return nil
+}
+
+// Add opens a new agent with open and puts it in force at once: a session
+// that Resolve gives it is answered by it from its first message.
+func (m *Manager) Add(name string, open func() (Profile, error)) error {
+	if err := m.agents.add(name, m.env.opt.ShutdownTimeout, open); err != nil {
+		return fmt.Errorf("agent %s: %w", name, err)
+	}
+	return nil
+}
+
+// Remove takes agent name out of force (main cannot be): its running
+// turns finish, then its sessions are answered by main from their next
+// message, and it is closed after its last turn.
+func (m *Manager) Remove(name string) error {
+	if err := m.agents.remove(name); err != nil {
+		return fmt.Errorf("agent %s: %w", name, err)
+	}
+	m.env.log.Info("agent removed: its sessions are answered by main from their next message", "agent", name)
+	return nil
+}
+
 func (m *Manager) draining() bool { return m.env.courier.draining.Load() }
 
 // sweeper retires the sessions idle for longer than Config.SessionIdle,
@@ -432,7 +485,7 @@ func (m *Manager) dispatch(ctx context.Context, d bus.Delivery) {
 	key := in.SessionKey()
 	s := m.sessions[key]
 	if s == nil {
-		s = newSession(m.envFor(in), m, key)
+		s = newSession(env, m, key, m.agentFor(in))
 		m.sessions[key] = s
 		m.peak = max(m.peak, len(m.sessions))
 	}
@@ -588,18 +641,16 @@ func (m *Manager) handleStop(ctx context.Context, s *session, in *bus.Inbound, d
 	c.finishSimple(ctx, in, d, bus.KindNotice, text, false)
 }
 
-// envFor returns the environment of the agent that answers a new session
-// whose first message is in.
-func (m *Manager) envFor(in *bus.Inbound) *sessionEnv {
+// agentFor names the agent that answers a new session whose first
+// message is in (main without a rule). An unknown name is answered by
+// main when the session's turn acquires it.
+func (m *Manager) agentFor(in *bus.Inbound) string {
 	if m.resolve == nil {
-		return m.env
+		return MainAgent
 	}
 	name := m.resolve(in.Speaker())
-	if env, ok := m.agents[name]; ok {
-		return env
+	if name == "" {
+		return MainAgent
 	}
-	if name != "" {
-		m.env.log.Warn("no agent of that name: main answers the session", "agent", name, "session", in.SessionKey())
-	}
-	return m.env
+	return name
 }

@@ -29,7 +29,8 @@ type Agents struct {
 }
 
 // Profile is one agent: its limits, model settings and collaborators. A
-// session looks all of them up through its agent, so what one agent
+// session looks all of them up through its agent's current generation
+// (the Profile in force when its turn began), so what one agent
 // remembers, reads and may call is never another's. The daemon-wide
 // limits (agent.max_concurrent_turns, agent.partitions,
 // agent.session_idle) are the manager's Config's, whatever the profile's
@@ -39,14 +40,22 @@ type Profile struct {
 	Name     string
 	Config   Config
 	Settings ModelSettings
-	// Model, Tools and Prompts are required; the others optional, as in
-	// Deps.
+	// Model and Prompts are required; the others optional: without Tools
+	// the model gets no tools, without Memory each turn reads the
+	// workspace MEMORY.md, without Skills the prompt has no skills
+	// section, without a Summarizer (or when it fails) a rule-based
+	// digest summarises what leaves the context.
 	Model      Model
 	Tools      Toolbox
 	Prompts    PromptFiles
 	Memory     Memory
 	Skills     SkillsSection
 	Summarizer Summarizer
+	// Close, when set, releases what the profile holds (its tools' and
+	// memory's goroutines and files). The manager owns a profile it was
+	// given: it calls Close once, when the profile was replaced or removed
+	// and its last turn ended, or when Run returns.
+	Close func() error
 }
 
 // ModelSettings are the model settings of an agent (the fields of Options
@@ -60,51 +69,52 @@ type ModelSettings struct {
 	ReadFile        func(name string) (string, error)
 }
 
-// apply returns opt with the agent's model settings.
-func (ms ModelSettings) apply(opt Options) Options {
+// Apply returns opt with the agent's model settings.
+func (ms ModelSettings) Apply(opt Options) Options {
 	opt.ModelName, opt.ContextWindow, opt.MaxOutputTokens = ms.ModelName, ms.ContextWindow, ms.MaxOutputTokens
 	opt.Temperature, opt.ToolTimeout, opt.ReadFile = ms.Temperature, ms.ToolTimeout, ms.ReadFile
 	return opt
 }
 
-// profileEnv returns the session environment of agent p, sharing the
-// manager's courier, counters and bus with main's (env).
-func profileEnv(env *sessionEnv, p Profile) *sessionEnv {
-	cfg := p.Config
-	cfg.MaxConcurrentTurns, cfg.Partitions, cfg.SessionIdle = env.cfg.MaxConcurrentTurns, env.cfg.Partitions, env.cfg.SessionIdle
-	opt := p.Settings.apply(env.opt).withDefaults()
-	deps := env.deps
-	deps.Model, deps.Tools, deps.Prompts, deps.Memory, deps.Skills, deps.Summarizer = p.Model, p.Tools, p.Prompts, p.Memory, p.Skills, p.Summarizer
-	deps.Agents = Agents{}
-	return &sessionEnv{agent: p.Name, cfg: cfg, opt: opt, deps: deps, courier: env.courier, stats: env.stats,
-		log:  env.log.With("agent", p.Name),
-		exec: loop.New(p.Model, p.Tools, loopOptions(cfg, opt, deps.Observer), env.log)}
+// settingsOf are the model settings in opt.
+func settingsOf(opt Options) ModelSettings {
+	return ModelSettings{ModelName: opt.ModelName, ContextWindow: opt.ContextWindow, MaxOutputTokens: opt.MaxOutputTokens,
+		Temperature: opt.Temperature, ToolTimeout: opt.ToolTimeout, ReadFile: opt.ReadFile}
 }
 
-// newAgents checks the profiles and returns every agent's environment,
-// main's (env) included, by name.
-func newAgents(env *sessionEnv, a Agents) (map[string]*sessionEnv, error) {
-	out := map[string]*sessionEnv{MainAgent: env}
+// profileEnv returns the session environment of agent p, sharing the
+// manager's courier, counters and bus (base).
+func profileEnv(base *sessionEnv, p Profile) *sessionEnv {
+	cfg := p.Config
+	cfg.MaxConcurrentTurns, cfg.Partitions, cfg.SessionIdle = base.cfg.MaxConcurrentTurns, base.cfg.Partitions, base.cfg.SessionIdle
+	opt := p.Settings.Apply(base.opt).withDefaults()
+	return &sessionEnv{agent: p.Name, cfg: cfg, opt: opt, deps: base.deps, prof: p, courier: base.courier, stats: base.stats,
+		log:  base.log.With("agent", p.Name),
+		exec: loop.New(p.Model, p.Tools, loopOptions(cfg, opt, base.deps.Observer), base.log)}
+}
+
+// newAgents checks the profiles and returns the set of every agent, main
+// (built from NewManager's Config and Options) included.
+func newAgents(base *sessionEnv, main Profile, a Agents) (*agentSet, error) {
+	set := &agentSet{base: base, cur: map[string]*generation{}, gate: map[string]chan struct{}{}, old: map[string][]*generation{}}
+	main.Name, main.Config, main.Settings = MainAgent, base.cfg, settingsOf(base.opt)
+	g, err := set.build(main)
+	if err != nil {
+		return nil, fmt.Errorf("main: %w", err)
+	}
+	set.cur[MainAgent] = g
 	var errs []error
 	for _, p := range a.Profiles {
-		_, dup := out[p.Name]
-		switch {
-		case p.Name == "" || dup:
-			errs = append(errs, fmt.Errorf("agent %q: the name is empty, main or used twice", p.Name))
-		case p.Model == nil || p.Prompts == nil:
-			errs = append(errs, fmt.Errorf("agent %s: Model and Prompts are required", p.Name))
-		default:
-			c := p.Config
-			c.MaxConcurrentTurns, c.Partitions, c.SessionIdle = env.cfg.MaxConcurrentTurns, env.cfg.Partitions, env.cfg.SessionIdle
-			if err := c.Validate(); err != nil {
-				errs = append(errs, fmt.Errorf("agent %s: %w", p.Name, err))
-				continue
-			}
-			out[p.Name] = profileEnv(env, p)
+		if _, dup := set.cur[p.Name]; dup {
+			errs = append(errs, fmt.Errorf("agent %q: the name is main or used twice", p.Name))
+			continue
 		}
+		g, err := set.build(p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		set.cur[p.Name] = g
 	}
-	if len(a.Profiles) > 0 {
-		env.log = env.log.With("agent", MainAgent)
-	}
-	return out, errors.Join(errs...)
+	return set, errors.Join(errs...)
 }

@@ -82,12 +82,12 @@ func TestAgentsRefused(t *testing.T) {
 		{{Name: "y", Config: cfg}},
 		{{Name: "z", Model: model, Prompts: prompts}}, // zero Config: invalid limits
 	} {
-		_, err := NewManager(cfg, Options{}, Deps{Source: b, Publisher: b, Store: memtest.NewMemStore(), Model: model, Prompts: prompts, Agents: Agents{Profiles: ps}})
+		_, err := NewManager(cfg, Options{}, Deps{Source: b, Publisher: b, Store: memtest.NewMemStore(), Main: Profile{Model: model, Prompts: prompts}, Agents: Agents{Profiles: ps}})
 		if err == nil {
 			t.Errorf("profiles %+v accepted", ps)
 		}
 	}
-	if _, err := NewManager(cfg, Options{}, Deps{Source: b, Publisher: b, Store: memtest.NewMemStore(), Model: model, Prompts: prompts, Agents: Agents{Profiles: []Profile{p}}}); err != nil {
+	if _, err := NewManager(cfg, Options{}, Deps{Source: b, Publisher: b, Store: memtest.NewMemStore(), Main: Profile{Model: model, Prompts: prompts}, Agents: Agents{Profiles: []Profile{p}}}); err != nil {
 		t.Errorf("a valid profile refused: %v", err)
 	}
 }

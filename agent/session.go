@@ -35,6 +35,14 @@ type sessionHost interface {
 	draining() bool
 	// ActiveSessions is the number of sessions in memory (for /status).
 	ActiveSessions() int
+	// acquireAgent returns the current generation of the named agent
+	// (main's when it no longer exists), waiting while it is drained for a
+	// reload; ok is false when ctx ended first. releaseAgent gives it back.
+	acquireAgent(ctx context.Context, name string) (g *generation, ok bool)
+	releaseAgent(g *generation)
+	// agentEnv is the named agent's current environment, not acquired (for
+	// settings read between turns).
+	agentEnv(name string) *sessionEnv
 }
 
 // session is one chat session: its queue, processed in order by a
@@ -44,9 +52,13 @@ type sessionHost interface {
 // Config.SessionIdle after its last turn. The queue, the running flag, the
 // idle time, the deferred set and the summary are guarded by mu; the
 // running turn's cancel function and /steer inbox by steer; the
-// conversation cache is owned by the running goroutine (taking over from
-// the previous one through mu).
+// conversation cache, the agent's name and env are owned by the running
+// goroutine (taking over from the previous one through mu).
 type session struct {
+	// base is the manager's environment (courier, store, options), for
+	// what is not the agent's; env is the agent's generation of the batch
+	// being processed (the last one between batches).
+	base *sessionEnv
 	env  *sessionEnv
 	host sessionHost
 	key  string
@@ -76,13 +88,14 @@ type conversation struct {
 	loaded  bool
 	history []memory.Message // context cache, oldest first
 	speaker bus.Speaker      // who the last turn was for
+	agent   string           // the agent answering the session (main once it was removed)
 	// unnoted are the turns answered since the conversation was last
 	// written to the daily notes.
 	unnoted []memory.Message
 }
 
-func newSession(env *sessionEnv, host sessionHost, key string) *session {
-	return &session{env: env, host: host, key: key}
+func newSession(base *sessionEnv, host sessionHost, key, agent string) *session {
+	return &session{base: base, env: base, host: host, key: key, conv: conversation{agent: agent}}
 }
 
 func (s *session) summary() string {
@@ -210,9 +223,9 @@ func (s *session) queued() int {
 // (Manager.sweep). Only one run is active per session (offer's start).
 func (s *session) run(ctx context.Context) {
 	ctx = reqlog.WithSession(ctx, s.key) // the dashboard's record of what the model was sent
-	collect := s.env.cfg.QueueMode == QueueCollect
 	for {
-		batch := s.next(ctx, collect, s.env.opt.MaxTextBytes)
+		env := s.host.agentEnv(s.conv.agent)
+		batch := s.next(ctx, env.cfg.QueueMode == QueueCollect, env.opt.MaxTextBytes)
 		if len(batch) == 0 {
 			return
 		}
@@ -226,7 +239,7 @@ func (s *session) run(ctx context.Context) {
 // the running goroutine.
 func (s *session) stopRunning() {
 	s.conv.history = tight(s.conv.history)
-	if s.env.deps.Memory == nil {
+	if s.env.prof.Memory == nil {
 		s.conv.unnoted = nil // only the daily notes read it
 	}
 	// unnoted is not made tight: it grows by append every turn, so a copy
@@ -259,8 +272,8 @@ func (s *session) retirable(now time.Time, idle time.Duration) bool {
 	if s.running || len(s.queue) > 0 || now.Sub(s.idleSince) < idle {
 		return false
 	}
-	expiry := deferExpiry(s.env.opt.DeferDelay)
-	at := s.env.opt.Now()
+	expiry := deferExpiry(s.base.opt.DeferDelay)
+	at := s.base.opt.Now()
 	for q, t := range s.deferred {
 		if at.Sub(t) > expiry {
 			delete(s.deferred, q)
@@ -280,7 +293,17 @@ func (s *session) retirable(now time.Time, idle time.Duration) bool {
 // again (or nothing, when that was published), never a typing signal, a
 // delta or a second answer.
 func (s *session) process(ctx context.Context, batch []item) {
-	c := s.env.courier
+	c := s.base.courier
+	g, ok := s.host.acquireAgent(ctx, s.conv.agent)
+	if !ok {
+		return // shutting down: left for redelivery
+	}
+	defer s.host.releaseAgent(g)
+	if g.env.agent != s.conv.agent {
+		s.base.log.Info("the session's agent was removed: main answers it from now on", "session", s.key, "agent", s.conv.agent)
+		s.conv.agent = g.env.agent
+	}
+	s.env = g.env
 	defer func() {
 		if r := recover(); r != nil {
 			s.env.log.Error("turn panicked", "session", s.key, "panic", r, "stack", string(debug.Stack()))

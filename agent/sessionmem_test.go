@@ -113,7 +113,7 @@ func benchSessionMemory(b *testing.B, sessions int) {
 	cfg.SessionIdle = time.Hour
 	prompts := staticPrompts{dir: "/ws", files: []workspace.PromptFile{{Name: "AGENT.md", Content: "You are a test agent."}}}
 	mgr, err := NewManager(cfg, Options{ModelName: "m", ContextWindow: 128000, MaxOutputTokens: 1000, Heartbeat: time.Hour},
-		Deps{Source: src, Publisher: leanPublisher{}, Store: nullStore{}, Model: instantModel{}, Prompts: prompts})
+		Deps{Source: src, Publisher: leanPublisher{}, Store: nullStore{}, Main: Profile{Model: instantModel{}, Prompts: prompts}})
 	if err != nil {
 		b.Fatal(err)
 	}

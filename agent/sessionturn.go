@@ -87,10 +87,10 @@ func (s *session) beginTurn(ctx context.Context, batch []item) (*turnPlan, bool)
 
 // memoryView is the speaker's scoped long-term memory, nil without one.
 func (s *session) memoryView(speaker bus.Speaker, log *slog.Logger) *memory.View {
-	if s.env.deps.Memory == nil {
+	if s.env.prof.Memory == nil {
 		return nil
 	}
-	v, err := s.env.deps.Memory.View(speaker)
+	v, err := s.env.prof.Memory.View(speaker)
 	if err != nil {
 		log.Warn("long-term memory unavailable for this turn", "err", err)
 		return nil
@@ -116,7 +116,7 @@ func (s *session) fit(ctx context.Context, p *turnPlan) bool {
 		userTokens += loop.EstimateTokens(&p.users[i])
 	}
 	prompt := func() (string, error) {
-		return buildPrompt(env.deps.Prompts, env.exec.Tools(), s.summary(), s.skillsSection(), mem, facts)
+		return buildPrompt(env.prof.Prompts, env.exec.Tools(), s.summary(), s.skillsSection(), mem, facts)
 	}
 	system, err := prompt()
 	if err != nil {
@@ -137,10 +137,10 @@ func (s *session) fit(ctx context.Context, p *turnPlan) bool {
 }
 
 func (s *session) skillsSection() string {
-	if s.env.deps.Skills == nil {
+	if s.env.prof.Skills == nil {
 		return ""
 	}
-	return s.env.deps.Skills.PromptSection()
+	return s.env.prof.Skills.PromptSection()
 }
 
 // runLoop runs the tool-calling loop with the turn's /steer inbox open; a
@@ -264,14 +264,14 @@ func (s *session) summarize(_ context.Context, dropped []memory.Message) {
 	prev := s.summary()
 	base := digest(prev, dropped)
 	s.setSummary(base)
-	if mem := s.env.deps.Memory; mem != nil && s.conv.speaker.Channel != "" {
+	if mem := s.env.prof.Memory; mem != nil && s.conv.speaker.Channel != "" {
 		// The daily notes keep what left the context (dated, searchable).
 		if err := mem.NoteSummary(s.conv.speaker, s.env.opt.Now(), "Trimmed from the conversation", digest("", dropped)); err != nil {
 			s.env.log.Warn("could not write the daily note", "session", s.key, "err", err)
 		}
 	}
-	if s.env.deps.Summarizer != nil {
-		s.host.enqueueSummary(summaryJob{s: s, base: base, previous: prev, dropped: append([]memory.Message(nil), dropped...)})
+	if s.env.prof.Summarizer != nil {
+		s.host.enqueueSummary(summaryJob{s: s, agent: s.conv.agent, base: base, previous: prev, dropped: append([]memory.Message(nil), dropped...)})
 	}
 }
 
@@ -282,7 +282,7 @@ func (s *session) summarize(_ context.Context, dropped []memory.Message) {
 // the older turns are dropped in bulk once twice as many have gathered, so
 // a long chat does not copy its last hundred turns on every turn.
 func (s *session) keepForNote(msgs []memory.Message) {
-	if s.env.deps.Memory == nil {
+	if s.env.prof.Memory == nil {
 		return
 	}
 	s.conv.unnoted = append(s.conv.unnoted, msgs...)
@@ -323,16 +323,25 @@ func turnCount(msgs []memory.Message) int {
 // when a Summarizer is set, else the digest), in the background: the
 // session goroutine has already left.
 func (s *session) noteConversation(ctx context.Context) {
-	mem := s.env.deps.Memory
 	turns := s.conv.unnoted[lastTurns(s.conv.unnoted, maxUnnotedTurns):]
 	s.conv.unnoted = nil
-	if mem == nil || len(loop.TurnStarts(turns)) == 0 || s.conv.speaker.Channel == "" {
+	if len(loop.TurnStarts(turns)) == 0 || s.conv.speaker.Channel == "" {
 		return
 	}
-	speaker, env := s.conv.speaker, s.env
+	speaker, name := s.conv.speaker, s.conv.agent
 	s.host.background(func() {
+		g, ok := s.host.acquireAgent(ctx, name)
+		if !ok {
+			return
+		}
+		defer s.host.releaseAgent(g)
+		env := g.env
+		mem := env.prof.Memory
+		if mem == nil || env.agent != name {
+			return // no long-term memory, or the agent was removed
+		}
 		text := ""
-		if sm := env.deps.Summarizer; sm != nil {
+		if sm := env.prof.Summarizer; sm != nil {
 			sctx, cancel := context.WithTimeout(ctx, summaryTimeout)
 			sum, err := sm.Summarize(sctx, s.key, "", turns)
 			cancel()
@@ -376,9 +385,9 @@ func (s *session) applySummary(ctx context.Context, base, sum string) {
 		return // a /new or a reset happened meanwhile
 	}
 	s.summaryShared = strings.TrimSpace(sum + cur[len(base):])
-	if st, ok := s.env.deps.Store.(summaryStore); ok {
+	if st, ok := s.base.deps.Store.(summaryStore); ok {
 		if err := st.SetSummary(ctx, s.key, s.summaryShared); err != nil {
-			s.env.log.Warn("could not store the summary", "session", s.key, "err", err)
+			s.base.log.Warn("could not store the summary", "session", s.key, "err", err)
 		}
 	}
 }
@@ -396,7 +405,7 @@ func (s *session) compactNow(ctx context.Context) string {
 	dropped := s.conv.history[:cut]
 	prev := s.summary()
 	sum := ""
-	if sm := s.env.deps.Summarizer; sm != nil {
+	if sm := s.env.prof.Summarizer; sm != nil {
 		sctx, cancel := context.WithTimeout(ctx, time.Minute)
 		var err error
 		sum, err = sm.Summarize(sctx, s.key, prev, dropped)

@@ -87,6 +87,7 @@ type summaryStore interface {
 // summaryJob asks for a model-written summary to replace a digest.
 type summaryJob struct {
 	s        *session
+	agent    string // whose Summarizer writes it (its current generation's)
 	base     string // the summary the digest produced (what the result replaces)
 	previous string // the summary before the digest
 	dropped  []memory.Message
@@ -111,20 +112,20 @@ func (m *Manager) summaries(ctx context.Context) {
 	}
 }
 
-// summarizes reports whether any agent has a Summarizer.
-func (m *Manager) summarizes() bool {
-	for _, env := range m.agents {
-		if env.deps.Summarizer != nil {
-			return true
-		}
-	}
-	return false
-}
-
 func (m *Manager) runSummary(ctx context.Context, j summaryJob) {
+	g, ok := m.agents.acquire(ctx, j.agent)
+	if !ok {
+		return
+	}
+	sm := g.env.prof.Summarizer
+	if sm == nil || g.env.agent != j.agent {
+		m.agents.release(g) // the agent lost its summarizer, or was removed: the digest stays
+		return
+	}
 	sctx, cancel := context.WithTimeout(ctx, summaryTimeout)
-	sum, err := j.s.env.deps.Summarizer.Summarize(sctx, j.s.key, j.previous, j.dropped)
+	sum, err := sm.Summarize(sctx, j.s.key, j.previous, j.dropped)
 	cancel()
+	m.agents.release(g)
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, context.Canceled) {
 			return

@@ -27,10 +27,16 @@
 //
 // # Runtime
 //
-// [Open] builds one agent.Profile per agent beside main (its workspace,
-// long-term memory and tool set, in data_dir/agents/<name>/; main keeps the
-// daemon's own paths, so an upgrade loses nothing), and [Router.Resolve] is
-// the agent.Agents.Resolve that the manager calls once per new session.
+// [Start] opens every agent, main included, with one function (openAgent:
+// its workspace, model client, long-term memory and tool set, in
+// data_dir/agents/<name>/; main keeps the daemon's own paths, so an upgrade
+// loses nothing) into the agent.Profiles of agent.Deps; [Runtime.Resolve]
+// is the agent.Agents.Resolve that the manager calls once per new session.
+// [Runtime.Reload] applies a reloaded configuration: bindings for new
+// sessions, and each agent whose settings changed rebuilt (a model or
+// limits change over the same open files at once, a workspace or tools
+// change after draining the agent), added or removed, through the
+// manager ([Agents]).
 package profiles
 
 import (
@@ -38,7 +44,6 @@ import (
 	"fmt"
 	"path"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -65,9 +70,6 @@ type Defaults struct {
 	// DataDir is data_dir: main's state lives there, another agent's in
 	// data_dir/agents/<name>.
 	DataDir string
-	// Shared is true with memory.store jetstream, whose shared memory and
-	// schedule buckets are not per agent yet: only main may exist then.
-	Shared bool
 }
 
 // Spec is one agent's settings after inheritance: the top-level sections
@@ -246,9 +248,6 @@ func Build(d Defaults, raw map[string]config.Node, bindings []Binding) (Set, err
 		errs = append(errs, perrs...)
 		set.Agents = append(set.Agents, spec)
 	}
-	if d.Shared && len(names) > 0 {
-		errs = append(errs, fmt.Errorf("agents: only main may exist with memory.store jetstream (shared memory is not per agent yet), found %s", strings.Join(names, ", ")))
-	}
 	errs = append(errs, distinctWorkspaces(set.Agents)...)
 	errs = append(errs, checkBindings(set, bindings)...)
 	if err := errors.Join(errs...); err != nil {
@@ -358,43 +357,6 @@ func (s Set) names() []string {
 		out = append(out, a.Name)
 	}
 	return out
-}
-
-// Reload puts next's bindings in force for new sessions (Swap) and returns
-// a line per change for the reload's log: the bindings applied; an agent's
-// other settings (workspace, model, tools, limits) and agents added or
-// removed are kept as they run until a restart, so a binding to an agent
-// that does not run yet picks main until then. The running agents'
-// heartbeats become next's ([Router.Heartbeats], for heartbeat.Runner.Swap).
-func (r *Router) Reload(next Set) []string {
-	old := r.set.Load()
-	var lines []string
-	if !slices.EqualFunc(old.Bindings, next.Bindings, func(a, b Binding) bool { return a.String() == b.String() }) {
-		lines = append(lines, fmt.Sprintf("bindings: applied (%d bindings) for new sessions; running sessions keep their agent", len(next.Bindings)))
-	}
-	for _, a := range next.Agents {
-		was, ok := old.Agent(a.Name)
-		a.Heartbeat, was.Heartbeat = heartbeat.Config{}, heartbeat.Config{}
-		switch {
-		case !ok:
-			lines = append(lines, fmt.Sprintf("agents.%s: new agent kept until restart (its sessions get main until then)", a.Name))
-		case !reflect.DeepEqual(a, was):
-			lines = append(lines, fmt.Sprintf("agents.%s: workspace, llm, agent and tools settings kept until restart", a.Name))
-		}
-	}
-	for _, a := range old.Agents {
-		if _, ok := next.Agent(a.Name); !ok {
-			lines = append(lines, fmt.Sprintf("agents.%s: removed, kept running until restart", a.Name))
-		}
-	}
-	run := next
-	run.Agents = slices.Clone(old.Agents) // the agents running, with next's heartbeats (off when removed)
-	for i, a := range run.Agents {
-		n, _ := next.Agent(a.Name)
-		run.Agents[i].Heartbeat = n.Heartbeat
-	}
-	r.Swap(run)
-	return lines
 }
 
 // Heartbeats are the heartbeats of the agents running, as the last Reload

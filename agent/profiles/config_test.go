@@ -1,6 +1,7 @@
 package profiles
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -262,53 +263,111 @@ bindings:
 	}
 }
 
-// TestRouterReload: new bindings and the running agents' heartbeats apply;
-// an agent's other settings and a new agent are reported kept until
-// restart, and a binding to the new agent picks main meanwhile.
-func TestRouterReload(t *testing.T) {
-	old, err := build(t, "agents: {work: {}}\nbindings: [{agent: work, channel: slack}]\n")
+// fakeAgents records what a reload asks of the manager; fail makes the
+// named agent's change fail.
+type fakeAgents struct {
+	calls []string
+	fail  map[string]error
+}
+
+func (f *fakeAgents) Replace(name string, _, _ func() (agent.Profile, error)) error {
+	f.calls = append(f.calls, "replace "+name)
+	return f.fail[name]
+}
+
+func (f *fakeAgents) Swap(p agent.Profile) error {
+	f.calls = append(f.calls, "swap "+p.Name)
+	return f.fail[p.Name]
+}
+
+func (f *fakeAgents) Add(name string, _ func() (agent.Profile, error)) error {
+	f.calls = append(f.calls, "add "+name)
+	return f.fail[name]
+}
+
+func (f *fakeAgents) Remove(name string) error {
+	f.calls = append(f.calls, "remove "+name)
+	return f.fail[name]
+}
+
+// TestRuntimeReload: new bindings apply; an agent whose settings changed
+// is replaced, a new one added, a removed one removed, each reported;
+// the heartbeats are next's for the agents running; what the manager
+// refuses is reported not applied and runs as before (a binding to an
+// agent that could not be added picks main); the daemon-wide keys are
+// kept until restart.
+func TestRuntimeReload(t *testing.T) {
+	old, err := build(t, "agents: {work: {}, gone: {}, same: {}}\nbindings: [{agent: work, channel: slack}]\n")
 	if err != nil {
 		t.Fatal(err)
 	}
 	next, err := build(t, `
+agent: {max_concurrent_turns: 3}
 agents:
   work:
     llm: {model: other}
+    tools: {disabled: [bash]}
     heartbeat: {every: 1h, to: {channel: slack, chat_id: C1}}
+  same: {}
   pets:
     heartbeat: {every: 1h, to: last}
+  birds: {}
 bindings:
   - {agent: work, channel: console}
   - {agent: pets, channel: telegram}
+  - {agent: birds, channel: web}
 `)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := NewRouter(old)
-	lines := r.Reload(next)
+	rt := &Runtime{router: NewRouter(old)}
+	fake := &fakeAgents{fail: map[string]error{"birds": errors.New("workspace: cannot create")}}
+	lines := rt.Reload(fake, next)
 	want := []string{
-		"bindings: applied (2 bindings) for new sessions; running sessions keep their agent",
-		"agents.pets: new agent kept until restart (its sessions get main until then)",
-		"agents.work: workspace, llm, agent and tools settings kept until restart",
+		"bindings: applied (3 bindings) for new sessions; running sessions keep their agent",
+		"agent.max_concurrent_turns: changed, kept until restart",
+		"agents.birds: not applied: workspace: cannot create",
+		"agents.pets: added (bindable now)",
+		"agents.work: llm, tools applied (next turn)",
+		"agents.gone: removed; its sessions are answered by main from their next message",
 	}
 	if diff := cmp.Diff(want, lines); diff != "" {
 		t.Errorf("lines (-want +got):\n%s", diff)
 	}
+	if diff := cmp.Diff([]string{"add birds", "add pets", "replace work", "remove gone"}, fake.calls); diff != "" {
+		t.Errorf("calls (-want +got):\n%s", diff)
+	}
 	for sp, agent := range map[bus.Speaker]string{
-		{Channel: "console", ChatID: "1", UserID: "1"}: "work",
-		{Channel: "slack", ChatID: "C1", UserID: "U1"}: Main,
+		{Channel: "console", ChatID: "1", UserID: "1"}:  "work",
+		{Channel: "telegram", ChatID: "1", UserID: "1"}: "pets",
+		{Channel: "slack", ChatID: "C1", UserID: "U1"}:  Main,
 	} {
-		if got := r.Resolve(sp); got != agent {
+		if got := rt.Resolve(sp); got != agent {
 			t.Errorf("Resolve(%v) = %s, want %s", sp, got, agent)
 		}
 	}
 	var names []string
-	for _, h := range r.Heartbeats() {
+	for _, h := range rt.Heartbeats() {
 		if h.Config.Enabled() {
 			names = append(names, h.Name)
 		}
 	}
-	if !slices.Equal(names, []string{"work"}) {
-		t.Errorf("heartbeats on: %v, want work only (pets does not run yet)", names)
+	if !slices.Equal(names, []string{"pets", "work"}) {
+		t.Errorf("heartbeats on: %v, want pets and work", names)
+	}
+
+	// A replacement the manager refuses keeps the running settings: a
+	// second reload of the same file tries again.
+	fake = &fakeAgents{fail: map[string]error{"work": errors.New("still busy")}}
+	again, err := build(t, "agents: {work: {llm: {model: third}}, same: {}, pets: {}}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines = rt.Reload(fake, again)
+	if !slices.Contains(lines, "agents.work: not applied: still busy") {
+		t.Errorf("lines: %q", lines)
+	}
+	if w, _ := rt.router.set.Load().Agent("work"); w.LLM.Model != "other" {
+		t.Errorf("work runs with model %q after a refused replacement, want other", w.LLM.Model)
 	}
 }

@@ -17,7 +17,7 @@ import (
 // agentsConfig is a configuration with two agents (main and work), each
 // with its own model server and AGENT.md marker; work has no write_file
 // and answers Slack and the console chats named w*.
-func agentsConfig(t *testing.T, mainURL, workURL string) Config {
+func agentsConfig(t *testing.T, mainURL, workURL string, extra ...string) Config {
 	t.Helper()
 	dir := t.TempDir()
 	for name, marker := range map[string]string{"ws-main": "MARKER-MAIN", "ws-work": "MARKER-WORK"} {
@@ -42,7 +42,7 @@ agents:
 bindings:
   - {agent: work, channel: slack}
   - {agent: work, channel: console, chat_id: "w*"}
-`
+` + strings.Join(extra, "\n")
 	env := map[string]string{"DIR": dir, "MAIN": mainURL, "WORK": workURL}
 	cfg, err := ParseConfig([]byte(yaml), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	if err != nil {

@@ -54,7 +54,7 @@ type Config struct {
 
 // Profiles are the agents (main first) and bindings (profiles.Build).
 func (c Config) Profiles() (profiles.Set, error) {
-	return profiles.Build(profiles.Defaults{LLM: c.LLM, Agent: c.Agent, Tools: c.Tools, DataDir: c.DataDir, Shared: c.Memory.Store == memcfg.StoreJetStream}, c.Agents, c.Bindings)
+	return profiles.Build(profiles.Defaults{LLM: c.LLM, Agent: c.Agent, Tools: c.Tools, DataDir: c.DataDir}, c.Agents, c.Bindings)
 }
 
 // ChannelsConfig holds the built-in chat platform adapters (YAML section

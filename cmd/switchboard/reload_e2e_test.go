@@ -83,10 +83,11 @@ bindings:
 		t.Errorf("after a refused reload w4: %q, want the running bindings (work)", got)
 	}
 
-	// A change that cannot apply live is reported and kept.
+	// A change that cannot apply live is reported and kept; max_steps
+	// (main's, inherited by work) applies.
 	write("  - {agent: work, channel: console, chat_id: \"w*\"}\n", "shutdown_timeout: 45s\n", 7)
 	code, stdout, stderr = runVerb(t, "reload", "--config", path, "--admin", admin)
-	if code != 0 || !strings.Contains(stdout, "shutdown_timeout: changed, kept until restart") || !strings.Contains(stdout, "agents.main: workspace, llm, agent and tools settings kept until restart") {
+	if code != 0 || !strings.Contains(stdout, "shutdown_timeout: changed, kept until restart") || !strings.Contains(stdout, "agents.main: agent applied (next turn)") {
 		t.Fatalf("reload of non-live keys: exit %d\n%s%s", code, stdout, stderr)
 	}
 }

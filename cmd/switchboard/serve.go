@@ -25,15 +25,12 @@ import (
 	"github.com/switchboard-chat/switchboard/internal/kvstate"
 	"github.com/switchboard-chat/switchboard/internal/reload"
 	"github.com/switchboard-chat/switchboard/internal/reqlog"
-	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/memory/boltstore"
 	"github.com/switchboard-chat/switchboard/memory/jsstore"
-	"github.com/switchboard-chat/switchboard/memory/longterm"
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
 	"github.com/switchboard-chat/switchboard/metrics"
 	"github.com/switchboard-chat/switchboard/tools"
-	"github.com/switchboard-chat/switchboard/tools/toolset"
 	"github.com/switchboard-chat/switchboard/workspace"
 )
 
@@ -147,86 +144,37 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	store := metrics.Store{History: hist, M: mx, Fails: &memory.FailureLog{Log: log}, Fault: testStoreFault}
 	adm.SetReady(compStore, nil)
 
-	client, err := llm.Open(cfg.LLM, log)
-	if err != nil {
-		return err
-	}
-	model := metrics.Model{Next: client, DefaultModel: cfg.LLM.Model, M: mx}
 	reqs := reqlog.New(cfg.LLM.APIKey) // the last requests of each session, for the web dashboard
-	if !cfg.LLM.Configured() {
-		log.Warn("no language model is configured: every reply will explain how to configure one. " +
-			"Set OPENAI_API_KEY (and OPENAI_BASE_URL / OPENAI_MODEL for other OpenAI-compatible servers such as Ollama or vLLM), " +
-			"or edit the llm section of the config file")
-	}
-	mem, err := longterm.Open(longterm.Options{Config: cfg.Memory, Root: ws.Root(), DataDir: cfg.DataDir,
-		LLMBaseURL: cfg.LLM.BaseURL, LLMAPIKey: cfg.LLM.APIKey, Model: model, Shared: state.Memory, Lease: state.Leases.Exclusive("consolidate"), Log: log})
+	rt, err := profiles.Start(set, profiles.Shared{Memory: cfg.Memory, MCP: cfg.MCP, SubjectPrefix: cfg.Bus.SubjectPrefix, Version: version,
+		Bus: b, Metrics: mx, Requests: reqs, State: state, Log: log}) // every agent, main's memory and schedules in state
 	if err != nil {
 		return err
 	}
-	defer mem.Close()
-	built, err := toolset.Open(toolset.Config{Tools: cfg.Tools, MCP: cfg.MCP, SubjectPrefix: cfg.Bus.SubjectPrefix,
-		DataDir: cfg.DataDir, Version: version, ScheduleStore: state.Schedules, ScheduleLease: state.Leases.Exclusive("scheduler")}, ws, b, log,
-		toolset.Privacy{Guard: mem.Guard, Private: mem.Private, Public: longterm.Public}, mem.Tools()...)
+	adm.Handle("GET /mcp", rt)                                            // main's MCP servers
+	gate := access.New(cfg.Access, cfg.DataDir, access.Options{Log: log}) // data_dir/access.db, read at each decision
+	mgr, err := agent.NewManager(cfg.Agent, rt.Main.Settings.Apply(agent.Options{Subjects: b.Subjects(), MaxTextBytes: cfg.Bus.MaxTextBytes,
+		ShutdownTimeout: cfg.ShutdownTimeout, Heartbeat: b.Heartbeat()}), // a third of the consumers' AckWait
+		agent.Deps{Source: b, Publisher: b, Store: store, Log: log, Observer: mx, Pairing: gate, Main: rt.Main, Agents: rt.Agents()})
 	if err != nil {
-		return err
+		return errors.Join(err, rt.Close())
 	}
-	adm.Handle("GET /mcp", built.MCP)
-	others, err := profiles.Open(set, profiles.Shared{Memory: cfg.Memory, MCP: cfg.MCP, SubjectPrefix: cfg.Bus.SubjectPrefix, Version: version, Bus: b, Metrics: mx, Requests: reqs, Log: log})
-	if err != nil {
-		return err
-	}
-	defer others.Close()
-	// The tools (MCP servers, scheduler, tools.db) stop only after the
-	// manager finished its last turns.
-	toolsCtx, stopTools := context.WithCancel(context.WithoutCancel(ctx))
-	// On any return, stop and join every goroutine before the deferred
-	// closes above release what they use.
-	defer func() {
-		stopTools()
-		cancel()
-		_ = g.Wait()
-	}()
-	g.Go(func() error { return built.Run(toolsCtx) })
-	g.Go(func() error { return mem.Run(toolsCtx) })
-	g.Go(func() error { return others.Run(toolsCtx) })
+	g.Go(func() error { return mgr.Run(gctx) }) // closes every agent's tools and files after its last turns
+	defer func() { cancel(); _ = g.Wait() }()   // on any return: joined before the closes above
 	g.Go(func() error {
 		return memory.Pruner{Store: hist, Retention: cfg.Memory.RetentionPeriod(), Log: log}.Run(gctx)
 	})
-	router := profiles.NewRouter(set)
-	gate := access.New(cfg.Access, cfg.DataDir, access.Options{Log: log}) // data_dir/access.db, read at each decision
-	mgr, err := agent.NewManager(cfg.Agent, agent.Options{
-		Subjects:        b.Subjects(),
-		MaxTextBytes:    cfg.Bus.MaxTextBytes,
-		ModelName:       cfg.LLM.Model,
-		ContextWindow:   cfg.LLM.ContextWindow,
-		MaxOutputTokens: cfg.LLM.MaxTokens,
-		Temperature:     cfg.LLM.Temperature,
-		ToolTimeout:     built.CallTimeout,
-		ShutdownTimeout: cfg.ShutdownTimeout,
-		ReadFile:        ws.ReadText,
-		Heartbeat:       b.Heartbeat(), // a third of the consumers' AckWait
-	}, agent.Deps{Source: b, Publisher: b, Store: store, Model: reqlog.Model{Next: model, R: reqs}, Tools: built.Toolbox, Prompts: ws, Log: log,
-		Summarizer: agent.SummarizerFor(cfg.LLM.Configured(), model), Observer: mx, Skills: built.Skills, Memory: mem, Pairing: gate, Agents: agent.Agents{Profiles: others.Profiles, Resolve: router.Resolve}})
-	if err != nil {
-		return err
-	}
 	mx.Runtime(mgr, b)
 	hb := heartbeat.New(heartbeat.Options{Subjects: b.Subjects(), Publisher: b, Conn: b.Conn(), DataDir: cfg.DataDir,
-		Busy: heartbeat.Running(mgr.Sessions), Resolve: router.Resolve, Observer: mx, Log: log}, set.Heartbeats())
+		Busy: heartbeat.Running(mgr.Sessions), Resolve: rt.Resolve, Observer: mx, Log: log}, set.Heartbeats())
 	g.Go(func() error { return hb.Run(gctx) })
 	rl := reload.New(cfg, func() (Config, error) { c, _, err := LoadConfig(cfg.File); return c, err }, func(next Config) []string {
 		set, _ := next.Profiles() // valid once loaded
-		return slices.Concat(router.Reload(set), hb.Swap(router.Heartbeats()), gate.SetConfig(next.Access))
-	}, log, "bindings", "agents", "llm", "agent", "tools", "access") // main's llm/agent/tools: router.Reload reports them
+		return slices.Concat(rt.Reload(mgr, set), hb.Swap(rt.Heartbeats()), gate.SetConfig(next.Access))
+	}, log, "bindings", "agents", "llm", "agent", "tools", "access") // main's llm/agent/tools: rt.Reload applies them
 	adm.Handle("POST /reload", rl)
 	g.Go(func() error { return rl.Run(gctx) })
 	g.Go(func() error {
 		return b.Announce(gctx, natsbus.Instance{Version: version, Started: t0}, adm.Addr, adm.SetDetail)
-	})
-	g.Go(func() error {
-		err := mgr.Run(gctx)
-		stopTools()
-		return err
 	})
 	if err := startChannels(gctx, g, cfg, channelDeps{Conn: b.Conn(), Subjects: b.Subjects(), Workspace: ws,
 		DataDir: cfg.DataDir, Log: log, Status: adm.SetReady, Metrics: mx, State: state, Gate: gate,

@@ -28,10 +28,6 @@ var shapePackages = []string{"agent", "agent/loop"}
 
 var fieldExceptions = map[string]bool{
 	"agent.Config": true,
-	// agent.Deps: the manager's collaborators, main's profile among them
-	// (13 with Pairing and Agents); folding main's into an agent.Profile is
-	// the way back under the limit.
-	"agent.Deps": true,
 }
 
 func TestAgentShape(t *testing.T) {

@@ -191,9 +191,13 @@ var Verbs = []Verb{
 		About: "Asks the running daemon to re-read its configuration file, with POST /reload on\n" +
 			"its admin listener (admin.listen, loopback by default; SIGHUP does the same).\n" +
 			"Bindings, agents' heartbeats and access (dm_policy, owners) change at once;\n" +
-			"every other change (listeners, data_dir, bus, memory, channels, an agent's\n" +
-			"model or tools) is listed as kept until restart. A configuration with a\n" +
-			"problem is refused whole, every problem is printed, and the running one stays.",
+			"an agent whose model, limits, workspace or tools changed is rebuilt for its\n" +
+			"next turn (a workspace or tools change first lets its running turns finish,\n" +
+			"for at most shutdown_timeout); agents added are bindable at once, agents\n" +
+			"removed hand their sessions to main. What cannot change live (listeners,\n" +
+			"data_dir, bus, memory, channels, agent.max_concurrent_turns) is listed as\n" +
+			"kept until restart. A configuration with a problem is refused whole, every\n" +
+			"problem is printed, and the running one stays.",
 		Flags:    []Flag{configFlag, {Name: "admin", Arg: "URL"}},
 		Examples: []string{"switchboard reload", "switchboard reload --admin http://127.0.0.1:9090", "kill -HUP $(pidof switchboard)"},
 	},

@@ -41,7 +41,9 @@ func RunVerb(ctx context.Context, args []string, stdout, stderr io.Writer, admin
 		}
 		url = "http://" + listen
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// A reload may drain agents whose workspace or tools changed, each for
+	// up to shutdown_timeout, before it answers.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/reload", nil)
 	if err != nil {
