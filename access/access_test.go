@@ -211,15 +211,15 @@ func TestVerb(t *testing.T) {
 	daemon, _, dir := newTestStore(t, Config{})
 	code := codeOf(t, daemon.Check("telegram", "42", "Ann", true))
 	cfgFlag := func(fs *flag.FlagSet) *string { return fs.String("config", "", "configuration file") }
-	load := func(path string) (Config, string, error) {
+	load := func(path, _ string) (Site, error) {
 		if path != "my.yaml" {
 			t.Errorf("config path %q", path)
 		}
-		return Config{}, dir, nil
+		return Site{DataDir: dir, Store: "bolt"}, nil
 	}
 	run := func(args ...string) (string, error) {
 		var out, errOut bytes.Buffer
-		err := RunVerb(args, &out, &errOut, cfgFlag, load)
+		err := RunVerb(t.Context(), args, &out, &errOut, cfgFlag, load)
 		return out.String() + errOut.String(), err
 	}
 	if out, err := run("list", "--config", "my.yaml"); err != nil || !strings.Contains(out, "telegram:42") || !strings.Contains(out, "Pending (1") {

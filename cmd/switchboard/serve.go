@@ -193,7 +193,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return memory.Pruner{Store: hist, Retention: cfg.Memory.RetentionPeriod(), Log: log}.Run(gctx)
 	})
 	router := profiles.NewRouter(set)
-	gate := access.New(cfg.Access, cfg.DataDir, access.Options{Log: log}) // data_dir/access.db, read at each decision
+	gate := access.New(cfg.Access, cfg.DataDir, access.Options{Log: log, Shared: state.Access}) // data_dir/access.db or the cluster's bucket, read at each decision
 	mgr, err := agent.NewManager(cfg.Agent, agent.Options{
 		Subjects:        b.Subjects(),
 		MaxTextBytes:    cfg.Bus.MaxTextBytes,
