@@ -211,7 +211,7 @@ func TestVerb(t *testing.T) {
 	daemon, _, dir := newTestStore(t, Config{})
 	code := codeOf(t, daemon.Check("telegram", "42", "Ann", true))
 	cfgFlag := func(fs *flag.FlagSet) *string { return fs.String("config", "", "configuration file") }
-	load := func(path, _ string) (Site, error) {
+	load := func(path string) (Site, error) {
 		if path != "my.yaml" {
 			t.Errorf("config path %q", path)
 		}
@@ -260,5 +260,47 @@ func TestSetConfigAppliesAtOnce(t *testing.T) {
 	}
 	if lines := s.SetConfig(Config{DMPolicy: map[string]Policy{"telegram": Open}, Owners: []string{"telegram:5"}}); len(lines) != 0 {
 		t.Errorf("an unchanged section reported %q", lines)
+	}
+}
+
+// TestAllowUsersFollowReload: the channels' allow_users lists travel in
+// the configuration the gate holds; a reload that changes one reports it
+// applied and the gate answers the new list at once.
+func TestAllowUsersFollowReload(t *testing.T) {
+	type tg struct {
+		Token      string   `yaml:"token"`
+		AllowUsers []string `yaml:"allow_users"`
+	}
+	type ids []string
+	type sl struct{ AllowUsers ids }
+	type web struct{ AllowUsers []string }
+	type channels struct {
+		Telegram *tg  `yaml:"telegram"`
+		Slack    *sl  `yaml:"slack"`
+		Web      *web `yaml:"web"`
+	}
+	start := Config{}.WithChannels(channels{Telegram: &tg{AllowUsers: []string{"1"}}, Web: &web{AllowUsers: []string{"ann"}}})
+	if l, ok := start.AllowUsers["telegram"]; !ok || strings.Join(l, ",") != "1" {
+		t.Fatalf("telegram list %q %t", l, ok)
+	}
+	if l, ok := start.AllowUsers["slack"]; !ok || l != nil {
+		t.Fatalf("slack (off) list %q %t, want present and empty", l, ok)
+	}
+	if _, ok := start.AllowUsers["web"]; ok {
+		t.Fatal("web has no gate; its list must not be carried (nothing would apply it)")
+	}
+	s := New(start, t.TempDir(), Options{})
+	if l, ok := s.AllowUsers("telegram"); !ok || strings.Join(l, ",") != "1" {
+		t.Fatalf("AllowUsers = %q %t", l, ok)
+	}
+	if lines := s.SetConfig(Config{}.WithChannels(&channels{Telegram: &tg{Token: "x", AllowUsers: []string{"1"}}})); len(lines) != 0 {
+		t.Fatalf("unchanged lists reported: %q", lines)
+	}
+	lines := s.SetConfig(Config{}.WithChannels(&channels{Telegram: &tg{AllowUsers: []string{"2"}}, Slack: &sl{AllowUsers: ids{"U1"}}}))
+	if strings.Join(lines, "|") != "channels.slack.allow_users: applied (in force from the next message)|channels.telegram.allow_users: applied (in force from the next message)" {
+		t.Fatalf("changes %q", lines)
+	}
+	if l, _ := s.AllowUsers("slack"); strings.Join(l, ",") != "U1" {
+		t.Fatalf("slack after the reload: %q", l)
 	}
 }

@@ -44,8 +44,8 @@ func TestPairingAcrossInstances(t *testing.T) {
 	}
 	var out, errOut bytes.Buffer
 	cfgFlag := func(fs *flag.FlagSet) *string { return fs.String("config", "", "configuration file") }
-	load := func(string, string) (Site, error) {
-		return Site{DataDir: t.TempDir(), Store: "jetstream", Operator: natsbus.Operator{URL: url, Source: "test"}, Bus: natsbus.Config{SubjectPrefix: "chat"}}, nil
+	load := func(string) (Site, error) {
+		return Site{DataDir: t.TempDir(), Store: "jetstream", Bus: natsbus.Config{SubjectPrefix: "chat", URL: url}}, nil
 	}
 	if err := RunVerb(t.Context(), []string{"list"}, &out, &errOut, cfgFlag, load); err != nil || !strings.Contains(out.String(), "telegram:42") {
 		t.Fatalf("pairing list against the cluster: %v\n%s%s", err, out.String(), errOut.String())

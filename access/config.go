@@ -49,6 +49,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 )
@@ -90,6 +91,36 @@ type Config struct {
 // DefaultConfig returns the documented defaults: no policy overridden, no
 // owner.
 func DefaultConfig() Config { return Config{} }
+
+// WithChannels returns c carrying the allow_users lists of the gated
+// channels (Config.AllowUsers) found in sections: the daemon's channels
+// section, a struct whose fields, tagged with the channel's YAML name,
+// point to each channel's configuration with an AllowUsers list (a nil
+// pointer, a channel that is off, gives an empty list).
+func (c Config) WithChannels(sections any) Config {
+	c.AllowUsers = map[string][]string{}
+	v := reflect.Indirect(reflect.ValueOf(sections))
+	if v.Kind() != reflect.Struct {
+		return c
+	}
+	strs := reflect.TypeFor[[]string]()
+	for i := range v.NumField() {
+		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
+		f := v.Field(i)
+		if !slices.Contains(Gated, name) || f.Kind() != reflect.Pointer || f.Type().Elem().Kind() != reflect.Struct {
+			continue
+		}
+		l, ok := f.Type().Elem().FieldByName("AllowUsers")
+		if !ok || !l.Type.ConvertibleTo(strs) {
+			continue
+		}
+		c.AllowUsers[name] = nil
+		if !f.IsNil() {
+			c.AllowUsers[name] = f.Elem().FieldByIndex(l.Index).Convert(strs).Interface().([]string)
+		}
+	}
+	return c
+}
 
 // Policy returns channel's policy.
 func (c Config) Policy(channel string) Policy {

@@ -25,16 +25,18 @@ type Site struct {
 	// access bucket, reached on the bus as the operator; otherwise
 	// data_dir/access.db.
 	Store string
-	// Operator is how the operator reaches the bus (bus.Config.OperatorAt);
-	// OperatorErr says why it is unknown. Both matter with jetstream only.
-	Operator    natsbus.Operator
-	OperatorErr error
-	Bus         natsbus.Config
+	// Bus is the bus section: with jetstream the verb reaches the bus as
+	// its operator (natsbus.Config.OperatorAt, with URL or the credential
+	// in DataDir), as `switchboard status` does.
+	Bus natsbus.Config
+	// URL is --url (RunVerb sets it): the bus, credentials in it; ""
+	// for the configuration's.
+	URL string
 }
 
 // Load returns the Site of the configuration file at path (the daemon's
-// LoadConfig); busURL is --url ("" for the configuration's bus).
-type Load func(path, busURL string) (Site, error)
+// LoadConfig).
+type Load func(path string) (Site, error)
 
 // RunVerb is `switchboard pairing approve CODE | list | revoke
 // <channel>:<user_id>`. With memory.store bolt it works on
@@ -72,10 +74,11 @@ func RunVerb(ctx context.Context, args []string, stdout, stderr io.Writer, confi
 		}
 		return fmt.Errorf("%w: pairing %s: want %s", cli.ErrUsage, sub, arg)
 	}
-	site, err := load(*path, *busURL)
+	site, err := load(*path)
 	if err != nil {
 		return err
 	}
+	site.URL = *busURL
 	s, done, err := site.open(ctx)
 	if err != nil {
 		return fmt.Errorf("pairing %s: %w", sub, err)
@@ -108,10 +111,10 @@ func (site Site) open(ctx context.Context) (*Store, func(), error) {
 	if site.Store != memcfg.StoreJetStream {
 		return New(site.Config, site.DataDir, Options{}), func() {}, nil
 	}
-	if site.OperatorErr != nil {
-		return nil, nil, fmt.Errorf("memory.store is jetstream, so the pairing state is on the bus: %w", site.OperatorErr)
+	op, err := site.Bus.OperatorAt(site.URL, site.DataDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("memory.store is jetstream, so the pairing state is on the bus: %w", err)
 	}
-	op := site.Operator
 	nc, err := nats.Connect(op.URL, append(op.Options(), nats.Name("switchboard-pairing"))...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("memory.store is jetstream, so the pairing state is on the bus: connect (%s): %w", op.Source, err)

@@ -153,6 +153,9 @@ type Options struct {
 // use.
 type Gate interface {
 	Check(channel, user, name string, direct bool) access.Decision
+	// AllowUsers is the channel's allow_users list in force (a reload
+	// changes it); ok false: the adapter keeps Config.AllowUsers.
+	AllowUsers(channel string) (list []string, ok bool)
 }
 
 // Adapter connects one Slack app to the bus. Build it with [New]; it

@@ -125,6 +125,9 @@ type Deps struct {
 // access's Store): direct reports a private chat. Safe for concurrent use.
 type Gate interface {
 	Check(channel, user, name string, direct bool) pairing.Decision
+	// AllowUsers is the channel's allow_users list in force (a reload
+	// changes it); ok false: the adapter keeps Config.AllowUsers.
+	AllowUsers(channel string) (list []string, ok bool)
 }
 
 // Adapter is the Telegram channel. Build it with [New], run it once with

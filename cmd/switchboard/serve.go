@@ -193,7 +193,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return memory.Pruner{Store: hist, Retention: cfg.Memory.RetentionPeriod(), Log: log}.Run(gctx)
 	})
 	router := profiles.NewRouter(set)
-	gate := access.New(cfg.Access, cfg.DataDir, access.Options{Log: log, Shared: state.Access}) // data_dir/access.db or the cluster's bucket, read at each decision
+	gate := access.New(cfg.Access.WithChannels(cfg.Channels), cfg.DataDir, access.Options{Log: log, Shared: state.Access}) // data_dir/access.db or the cluster's bucket, read at each decision
 	mgr, err := agent.NewManager(cfg.Agent, agent.Options{
 		Subjects:        b.Subjects(),
 		MaxTextBytes:    cfg.Bus.MaxTextBytes,
@@ -216,8 +216,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	g.Go(func() error { return hb.Run(gctx) })
 	rl := reload.New(cfg, func() (Config, error) { c, _, err := LoadConfig(cfg.File); return c, err }, func(next Config) []string {
 		set, _ := next.Profiles() // valid once loaded
-		return slices.Concat(router.Reload(set), hb.Swap(router.Heartbeats()), gate.SetConfig(next.Access))
-	}, log, "bindings", "agents", "llm", "agent", "tools", "access") // main's llm/agent/tools: router.Reload reports them
+		return slices.Concat(router.Reload(set), hb.Swap(router.Heartbeats()), gate.SetConfig(next.Access.WithChannels(next.Channels)))
+	}, log, "bindings", "agents", "llm", "agent", "tools", "access", "channels.telegram.allow_users", "channels.slack.allow_users") // main's llm/agent/tools: router.Reload reports them
 	adm.Handle("POST /reload", rl)
 	g.Go(func() error { return rl.Run(gctx) })
 	g.Go(func() error {
