@@ -286,17 +286,23 @@ func TestAllowUsersFollowReload(t *testing.T) {
 	if l, ok := start.AllowUsers["slack"]; !ok || l != nil {
 		t.Fatalf("slack (off) list %q %t, want present and empty", l, ok)
 	}
-	if _, ok := start.AllowUsers["web"]; ok {
-		t.Fatal("web has no gate; its list must not be carried (nothing would apply it)")
+	if l := start.AllowUsers["web"]; strings.Join(l, ",") != "ann" {
+		t.Fatalf("web list %q", l)
+	}
+	other := struct {
+		OpenAI *web `yaml:"openai"`
+	}{&web{AllowUsers: []string{"x"}}}
+	if _, ok := (Config{}).WithChannels(other).AllowUsers["openai"]; ok {
+		t.Fatal("a channel that does not read its list from the gate must not be carried (nothing would apply it)")
 	}
 	s := New(start, t.TempDir(), Options{})
 	if l, ok := s.AllowUsers("telegram"); !ok || strings.Join(l, ",") != "1" {
 		t.Fatalf("AllowUsers = %q %t", l, ok)
 	}
-	if lines := s.SetConfig(Config{}.WithChannels(&channels{Telegram: &tg{Token: "x", AllowUsers: []string{"1"}}})); len(lines) != 0 {
+	if lines := s.SetConfig(Config{}.WithChannels(&channels{Telegram: &tg{Token: "x", AllowUsers: []string{"1"}}, Web: &web{AllowUsers: []string{"ann"}}})); len(lines) != 0 {
 		t.Fatalf("unchanged lists reported: %q", lines)
 	}
-	lines := s.SetConfig(Config{}.WithChannels(&channels{Telegram: &tg{AllowUsers: []string{"2"}}, Slack: &sl{AllowUsers: ids{"U1"}}}))
+	lines := s.SetConfig(Config{}.WithChannels(&channels{Telegram: &tg{AllowUsers: []string{"2"}}, Slack: &sl{AllowUsers: ids{"U1"}}, Web: &web{AllowUsers: []string{"ann"}}}))
 	if strings.Join(lines, "|") != "channels.slack.allow_users: applied (in force from the next message)|channels.telegram.allow_users: applied (in force from the next message)" {
 		t.Fatalf("changes %q", lines)
 	}

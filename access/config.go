@@ -92,7 +92,12 @@ type Config struct {
 // owner.
 func DefaultConfig() Config { return Config{} }
 
-// WithChannels returns c carrying the allow_users lists of the gated
+// Listed are the channels whose adapters read allow_users from the Store
+// ([Store.AllowUsers]), so that a reload changes it: the gated ones, and
+// the web console, whose logins it names.
+var Listed = []string{"slack", "telegram", "web"}
+
+// WithChannels returns c carrying the allow_users lists of the [Listed]
 // channels (Config.AllowUsers) found in sections: the daemon's channels
 // section, a struct whose fields, tagged with the channel's YAML name,
 // point to each channel's configuration with an AllowUsers list (a nil
@@ -107,7 +112,7 @@ func (c Config) WithChannels(sections any) Config {
 	for i := range v.NumField() {
 		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
 		f := v.Field(i)
-		if !slices.Contains(Gated, name) || f.Kind() != reflect.Pointer || f.Type().Elem().Kind() != reflect.Struct {
+		if !slices.Contains(Listed, name) || f.Kind() != reflect.Pointer || f.Type().Elem().Kind() != reflect.Struct {
 			continue
 		}
 		l, ok := f.Type().Elem().FieldByName("AllowUsers")

@@ -102,6 +102,27 @@ type Deps struct {
 
 	// Dash are the dashboard's sources (Config.Dashboard).
 	Dash Dashboard
+	// Allow, when set, holds channels.web.allow_users as in force (the
+	// access gate, which a configuration reload updates); nil, or a list
+	// it does not carry: Config.AllowUsers as started.
+	Allow Allow
+}
+
+// Allow is the source of the allow_users list in force (package access's
+// Store). Safe for concurrent use.
+type Allow interface {
+	AllowUsers(channel string) (list []string, ok bool)
+}
+
+// allowed reports whether user is on channels.web.allow_users as in force.
+func (c *Channel) allowed(user string) bool {
+	list := []string(c.cfg.AllowUsers)
+	if c.deps.Allow != nil {
+		if l, ok := c.deps.Allow.AllowUsers(Name); ok {
+			list = l
+		}
+	}
+	return slices.Contains(list, user)
 }
 
 // Channel is the web console. Build it with [New], run it once with
@@ -270,7 +291,7 @@ func (c *Channel) handleOutbound(_ context.Context, out bus.Outbound) error {
 		}
 		// A message the user did not ask for (a scheduled task's report)
 		// may open a conversation: list it.
-		if user, conv, ok := strings.Cut(out.ChatID, ":"); ok && convRE.MatchString(conv) && slices.Contains(c.cfg.AllowUsers, user) {
+		if user, conv, ok := strings.Cut(out.ChatID, ":"); ok && convRE.MatchString(conv) && c.allowed(user) {
 			if err := c.store.touchConv(user, conv, ""); err != nil {
 				c.log.Warn("conversation list not updated", "chat_id", out.ChatID, "err", err)
 			}
