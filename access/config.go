@@ -97,11 +97,24 @@ func DefaultConfig() Config { return Config{} }
 // the web console, whose logins it names.
 var Listed = []string{"slack", "telegram", "web"}
 
+// ReloadKeys are the configuration keys a reload applies through
+// [Store.SetConfig] besides the access section: channels.<name>.allow_users
+// of the [Listed] channels.
+func ReloadKeys() []string {
+	keys := make([]string, 0, len(Listed))
+	for _, ch := range Listed {
+		keys = append(keys, allowKey(ch))
+	}
+	return keys
+}
+
+func allowKey(channel string) string { return "channels." + channel + ".allow_users" }
+
 // WithChannels returns c carrying the allow_users lists of the [Listed]
 // channels (Config.AllowUsers) found in sections: the daemon's channels
 // section, a struct whose fields, tagged with the channel's YAML name,
 // point to each channel's configuration with an AllowUsers list (a nil
-// pointer, a channel that is off, gives an empty list).
+// pointer, a section absent, gives none).
 func (c Config) WithChannels(sections any) Config {
 	c.AllowUsers = map[string][]string{}
 	v := reflect.Indirect(reflect.ValueOf(sections))
@@ -119,8 +132,7 @@ func (c Config) WithChannels(sections any) Config {
 		if !ok || !l.Type.ConvertibleTo(strs) {
 			continue
 		}
-		c.AllowUsers[name] = nil
-		if !f.IsNil() {
+		if !f.IsNil() { // a section absent is off: its adapter does not run
 			c.AllowUsers[name] = f.Elem().FieldByIndex(l.Index).Convert(strs).Interface().([]string)
 		}
 	}

@@ -124,7 +124,7 @@ func (s *Store) SetConfig(cfg Config) []string {
 	}
 	for _, ch := range slices.Sorted(maps.Keys(cfg.AllowUsers)) {
 		if prev, ok := old.AllowUsers[ch]; ok && !slices.Equal(prev, cfg.AllowUsers[ch]) {
-			lines = append(lines, fmt.Sprintf("channels.%s.allow_users: applied (in force from the next message)", ch))
+			lines = append(lines, allowKey(ch)+": applied (in force from the next message)")
 		}
 	}
 	return lines

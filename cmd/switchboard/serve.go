@@ -217,7 +217,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	rl := reload.New(cfg, func() (Config, error) { c, _, err := LoadConfig(cfg.File); return c, err }, func(next Config) []string {
 		set, _ := next.Profiles() // valid once loaded
 		return slices.Concat(router.Reload(set), hb.Swap(router.Heartbeats()), gate.SetConfig(next.Access.WithChannels(next.Channels)))
-	}, log, "bindings", "agents", "llm", "agent", "tools", "access", "channels.telegram.allow_users", "channels.slack.allow_users", "channels.web.allow_users") // main's llm/agent/tools: router.Reload reports them
+	}, log, slices.Concat([]string{"bindings", "agents", "llm", "agent", "tools", "access"}, access.ReloadKeys())...) // main's llm/agent/tools: router.Reload reports them
 	adm.Handle("POST /reload", rl)
 	g.Go(func() error { return rl.Run(gctx) })
 	g.Go(func() error {
