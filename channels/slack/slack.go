@@ -16,8 +16,9 @@
 //     a thread the bot already answered in, or everything. Each thread is
 //     a session (thread_id = the thread's ts; a top-level message starts
 //     a thread of its own) and every reply goes to its thread;
-//   - only users in channels.slack.allow_users (a denied user gets one
-//     ephemeral note naming their id and the key), only in
+//   - only users in channels.slack.allow_users (read from the Gate at each
+//     message, so that a configuration reload changes it; a denied user
+//     gets one ephemeral note naming their id and the key), only in
 //     channels.slack.allow_channels when set.
 //
 // Messages from bots, from the bot itself and with a subtype (edits,

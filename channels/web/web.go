@@ -13,7 +13,9 @@
 //     is served to a browser without a session: pages redirect to /login,
 //     API calls get 401. A one-time pairing code, printed in the daemon's
 //     log at start and by "switchboard web pair", is exchanged with a user
-//     name of Config.AllowUsers for a session cookie (HttpOnly,
+//     name of Config.AllowUsers (as in force: Deps.Allow, which a
+//     configuration reload changes; a session of a user removed from it
+//     ends at its next request) for a session cookie (HttpOnly,
 //     SameSite=Strict, Secure when the browser uses https, directly or
 //     through a reverse proxy that keeps the Host header), kept in the
 //     state file (data_dir/web.db) for 30 days. Codes are files in
