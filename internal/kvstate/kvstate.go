@@ -1,7 +1,8 @@
 // Package kvstate keeps the daemon's small replicated state in JetStream
 // key-value buckets when memory.store is jetstream: the long-term memory
-// notes, the scheduled tasks and the channel adapters' state (the Telegram
-// getUpdates offset). It is the one helper over a key-value bucket; the
+// notes, the scheduled tasks, the channel adapters' state (the Telegram
+// getUpdates offset), the deliveries shown and the pairing state (package
+// access). It is the one helper over a key-value bucket; the
 // parts that keep state define the small interface they need, and a
 // [*Bucket] satisfies it. With memory.store bolt nothing here is opened and
 // each part keeps its state in its own file as before.
