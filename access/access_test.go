@@ -211,15 +211,15 @@ func TestVerb(t *testing.T) {
 	daemon, _, dir := newTestStore(t, Config{})
 	code := codeOf(t, daemon.Check("telegram", "42", "Ann", true))
 	cfgFlag := func(fs *flag.FlagSet) *string { return fs.String("config", "", "configuration file") }
-	load := func(path string) (Config, string, error) {
+	load := func(path string) (Site, error) {
 		if path != "my.yaml" {
 			t.Errorf("config path %q", path)
 		}
-		return Config{}, dir, nil
+		return Site{DataDir: dir, Store: "bolt"}, nil
 	}
 	run := func(args ...string) (string, error) {
 		var out, errOut bytes.Buffer
-		err := RunVerb(args, &out, &errOut, cfgFlag, load)
+		err := RunVerb(t.Context(), args, &out, &errOut, cfgFlag, load)
 		return out.String() + errOut.String(), err
 	}
 	if out, err := run("list", "--config", "my.yaml"); err != nil || !strings.Contains(out, "telegram:42") || !strings.Contains(out, "Pending (1") {
@@ -260,5 +260,63 @@ func TestSetConfigAppliesAtOnce(t *testing.T) {
 	}
 	if lines := s.SetConfig(Config{DMPolicy: map[string]Policy{"telegram": Open}, Owners: []string{"telegram:5"}}); len(lines) != 0 {
 		t.Errorf("an unchanged section reported %q", lines)
+	}
+}
+
+// TestAllowUsersFollowReload: the channels' allow_users lists travel in
+// the configuration the gate holds; a reload that changes one reports it
+// applied and the gate answers the new list at once.
+func TestAllowUsersFollowReload(t *testing.T) {
+	type tg struct {
+		Token      string   `yaml:"token"`
+		AllowUsers []string `yaml:"allow_users"`
+	}
+	type ids []string
+	type sl struct{ AllowUsers ids }
+	type web struct{ AllowUsers []string }
+	type channels struct {
+		Telegram *tg  `yaml:"telegram"`
+		Slack    *sl  `yaml:"slack"`
+		Web      *web `yaml:"web"`
+	}
+	start := Config{}.WithChannels(channels{Telegram: &tg{AllowUsers: []string{"1"}}, Web: &web{AllowUsers: []string{"ann"}}})
+	if l, ok := start.AllowUsers["telegram"]; !ok || strings.Join(l, ",") != "1" {
+		t.Fatalf("telegram list %q %t", l, ok)
+	}
+	if l, ok := start.AllowUsers["slack"]; ok {
+		t.Fatalf("slack (section absent) list %q carried: the adapter does not run", l)
+	}
+	if l := start.AllowUsers["web"]; strings.Join(l, ",") != "ann" {
+		t.Fatalf("web list %q", l)
+	}
+	other := struct {
+		OpenAI *web `yaml:"openai"`
+	}{&web{AllowUsers: []string{"x"}}}
+	if _, ok := (Config{}).WithChannels(other).AllowUsers["openai"]; ok {
+		t.Fatal("a channel that does not read its list from the gate must not be carried (nothing would apply it)")
+	}
+	s := New(start, t.TempDir(), Options{})
+	if l, ok := s.AllowUsers("telegram"); !ok || strings.Join(l, ",") != "1" {
+		t.Fatalf("AllowUsers = %q %t", l, ok)
+	}
+	if lines := s.SetConfig(Config{}.WithChannels(&channels{Telegram: &tg{Token: "x", AllowUsers: []string{"1"}}, Web: &web{AllowUsers: []string{"ann"}}})); len(lines) != 0 {
+		t.Fatalf("unchanged lists reported: %q", lines)
+	}
+	lines := s.SetConfig(Config{}.WithChannels(&channels{Telegram: &tg{AllowUsers: []string{"2"}}, Slack: &sl{AllowUsers: ids{"U1"}}, Web: &web{AllowUsers: []string{"ann"}}}))
+	if strings.Join(lines, "|") != "channels.telegram.allow_users: applied (in force from the next message)" {
+		t.Fatalf("changes %q", lines)
+	}
+	if l, _ := s.AllowUsers("slack"); strings.Join(l, ",") != "U1" { // not reported: absent at start, not running
+		t.Fatalf("slack after the reload: %q", l)
+	}
+	if strings.Join(ReloadKeys(), ",") != "channels.slack.allow_users,channels.telegram.allow_users,channels.web.allow_users" {
+		t.Fatalf("ReloadKeys = %q", ReloadKeys())
+	}
+	lines = s.SetConfig(Config{}.WithChannels(&channels{Telegram: &tg{AllowUsers: []string{"2"}}, Slack: &sl{AllowUsers: ids{"U1", "U2"}}, Web: &web{AllowUsers: []string{"ann"}}}))
+	if strings.Join(lines, "|") != "channels.slack.allow_users: applied (in force from the next message)" {
+		t.Fatalf("changes %q", lines)
+	}
+	if l, _ := s.AllowUsers("slack"); strings.Join(l, ",") != "U1,U2" {
+		t.Fatalf("slack after the reload: %q", l)
 	}
 }

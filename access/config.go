@@ -22,12 +22,24 @@
 //     get no answer), at most [MaxPending] codes pending at once (beyond,
 //     one "try later" note per user per UserEvery). The sha256 of every code
 //     ever issued is kept, so a code is never issued twice.
-//   - State is data_dir/access.db (bbolt), opened for each operation and
-//     closed right after: the daemon reads it at each decision, so an
-//     approval or a revocation by `switchboard pairing` in another process
-//     applies to the user's next message without a restart, and the verb
-//     works with the daemon stopped as well as running (bbolt's file lock
-//     orders the two processes).
+//   - State is data_dir/access.db (bbolt) with memory.store bolt, opened
+//     for each operation and closed right after: the daemon reads it at
+//     each decision, so an approval or a revocation by `switchboard
+//     pairing` in another process applies to the user's next message
+//     without a restart, and the verb works with the daemon stopped as
+//     well as running (bbolt's file lock orders the two processes). With
+//     memory.store jetstream it is the cluster's "<prefix>_access"
+//     key-value bucket (internal/kvstate, Options.Shared), which every
+//     instance reads at each decision: the pending codes, rate-limit
+//     stamps and approved users under one key changed by a
+//     revision-checked read-modify-write (two instances answering one
+//     user at once issue one code), every issued code's hash under a key
+//     of its own created only when absent (a code is never issued twice
+//     across instances). `switchboard pairing` then reaches the bucket on
+//     the bus as the operator, like `switchboard status`.
+//   - The channels' allow_users lists travel in Config.AllowUsers: the
+//     adapters read them from the Store ([Store.AllowUsers]) at each
+//     message, so a reload's [Store.SetConfig] puts them in force.
 //   - Approve (the verb, or /pair approve in a chat of an owner) moves the
 //     user to the approved list; Revoke removes them, and their next message
 //     gets a new code.
@@ -37,6 +49,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 )
@@ -66,11 +79,65 @@ type Config struct {
 	// (/pair approve CODE), as <channel>:<user_id>. They are admitted on
 	// their channel without being on its allow list.
 	Owners []string `yaml:"owners"`
+	// AllowUsers are the channels' allow_users lists (channels.<name>.
+	// allow_users, not a key of this section), by channel name: the
+	// daemon fills it from its configuration so that a reload puts them
+	// in force through [Store.SetConfig]; the adapters read them with
+	// [Store.AllowUsers]. A channel not listed keeps the list it started
+	// with.
+	AllowUsers map[string][]string `yaml:"-"`
 }
 
 // DefaultConfig returns the documented defaults: no policy overridden, no
 // owner.
 func DefaultConfig() Config { return Config{} }
+
+// Listed are the channels whose adapters read allow_users from the Store
+// ([Store.AllowUsers]), so that a reload changes it: the gated ones, and
+// the web console, whose logins it names.
+var Listed = []string{"slack", "telegram", "web"}
+
+// ReloadKeys are the configuration keys a reload applies through
+// [Store.SetConfig] besides the access section: channels.<name>.allow_users
+// of the [Listed] channels.
+func ReloadKeys() []string {
+	keys := make([]string, 0, len(Listed))
+	for _, ch := range Listed {
+		keys = append(keys, allowKey(ch))
+	}
+	return keys
+}
+
+func allowKey(channel string) string { return "channels." + channel + ".allow_users" }
+
+// WithChannels returns c carrying the allow_users lists of the [Listed]
+// channels (Config.AllowUsers) found in sections: the daemon's channels
+// section, a struct whose fields, tagged with the channel's YAML name,
+// point to each channel's configuration with an AllowUsers list (a nil
+// pointer, a section absent, gives none).
+func (c Config) WithChannels(sections any) Config {
+	c.AllowUsers = map[string][]string{}
+	v := reflect.Indirect(reflect.ValueOf(sections))
+	if v.Kind() != reflect.Struct {
+		return c
+	}
+	strs := reflect.TypeFor[[]string]()
+	for i := range v.NumField() {
+		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
+		f := v.Field(i)
+		if !slices.Contains(Listed, name) || f.Kind() != reflect.Pointer || f.Type().Elem().Kind() != reflect.Struct {
+			continue
+		}
+		l, ok := f.Type().Elem().FieldByName("AllowUsers")
+		if !ok || !l.Type.ConvertibleTo(strs) {
+			continue
+		}
+		if !f.IsNil() { // a section absent is off: its adapter does not run
+			c.AllowUsers[name] = f.Elem().FieldByIndex(l.Index).Convert(strs).Interface().([]string)
+		}
+	}
+	return c
+}
 
 // Policy returns channel's policy.
 func (c Config) Policy(channel string) Policy {

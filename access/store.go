@@ -1,25 +1,22 @@
 package access
 
 import (
-	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"os"
+	"maps"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/switchboard-chat/switchboard/internal/kvstate"
 )
 
 // The pairing rules.
@@ -40,12 +37,6 @@ const (
 	FileName = "access.db"
 
 	lockTimeout = 5 * time.Second
-)
-
-var (
-	bucketPending  = []byte("pending")  // sha256(code) hex → pendingRec
-	bucketIssued   = []byte("issued")   // sha256(code) hex → unix seconds; never removed
-	bucketApproved = []byte("approved") // "<channel>:<user>" → approvedRec
 )
 
 // Errors of Approve and Revoke; the messages are for the person who typed
@@ -87,22 +78,25 @@ type Decision struct {
 type Options struct {
 	Now func() time.Time // nil: time.Now
 	Log *slog.Logger     // nil: discards
+	// Shared, when set (memory.store jetstream: the "<prefix>_access"
+	// bucket of internal/kvstate), holds the pairing state instead of
+	// data_dir/access.db, so that every instance of a cluster sees the
+	// same codes, rate limits and approved users.
+	Shared kvstate.Store
 }
 
-// Store is the gate and the pairing state of one data_dir. Safe for
-// concurrent use, also across processes.
+// Store is the gate and the pairing state of one data_dir, or of one
+// cluster (Options.Shared). Safe for concurrent use, also across
+// processes.
 type Store struct {
-	cfg  atomic.Pointer[Config] // swapped by a configuration reload (SetConfig)
-	path string
-	now  func() time.Time
-	log  *slog.Logger
-	gen  func() string // newCode; tests replace it
-
-	mu   sync.Mutex
-	busy map[string]time.Time // users told "too many pending" and when
+	cfg atomic.Pointer[Config] // swapped by a configuration reload (SetConfig)
+	st  backend
+	now func() time.Time
+	log *slog.Logger
+	gen func() string // newCode; tests replace it
 }
 
-// New returns the store of dataDir. It does no I/O.
+// New returns the store of dataDir (or of opt.Shared). It does no I/O.
 func New(cfg Config, dataDir string, opt Options) *Store {
 	if opt.Now == nil {
 		opt.Now = time.Now
@@ -110,24 +104,49 @@ func New(cfg Config, dataDir string, opt Options) *Store {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{path: filepath.Join(dataDir, FileName), now: opt.Now, log: opt.Log, gen: newCode, busy: map[string]time.Time{}}
+	var st backend = fileState{path: filepath.Join(dataDir, FileName)}
+	if opt.Shared != nil {
+		st = kvState{kv: opt.Shared}
+	}
+	s := &Store{st: st, now: opt.Now, log: opt.Log, gen: newCode}
 	s.cfg.Store(&cfg)
 	return s
 }
 
-// SetConfig puts cfg (dm_policy, owners) in force for the
-// decisions from now on (a configuration reload) and returns a line per
-// changed key, for the reload's log.
+// SetConfig puts cfg (dm_policy, owners, the channels' allow_users) in
+// force for the decisions from now on (a configuration reload) and
+// returns a line per changed key, for the reload's log.
 func (s *Store) SetConfig(cfg Config) []string {
 	old := s.cfg.Swap(&cfg)
-	if reflect.DeepEqual(*old, cfg) {
-		return nil
+	var lines []string
+	if !reflect.DeepEqual(old.DMPolicy, cfg.DMPolicy) || !slices.Equal(old.Owners, cfg.Owners) {
+		lines = append(lines, "access: applied (dm_policy and owners in force from the next message)")
 	}
-	return []string{"access: applied (dm_policy and owners in force from the next message)"}
+	for _, ch := range slices.Sorted(maps.Keys(cfg.AllowUsers)) {
+		if prev, ok := old.AllowUsers[ch]; ok && !slices.Equal(prev, cfg.AllowUsers[ch]) {
+			lines = append(lines, allowKey(ch)+": applied (in force from the next message)")
+		}
+	}
+	return lines
+}
+
+// AllowUsers returns the allow_users list of channel in force (the
+// configuration's, or the last reload's); ok is false when the
+// configuration given to the Store does not carry it, and the adapter
+// keeps its own.
+func (s *Store) AllowUsers(channel string) ([]string, bool) {
+	l, ok := s.cfg.Load().AllowUsers[channel]
+	return l, ok
 }
 
 // Owner reports whether channel:user is in access.owners.
 func (s *Store) Owner(channel, user string) bool { return s.cfg.Load().Owner(channel, user) }
+
+// opCtx bounds one operation on the state: the gate's callers (the
+// adapters' Check, the agent's /pair approve) carry no context.
+func opCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), lockTimeout)
+}
 
 // Check decides for a user who is not on the channel's allow_users list
 // (the adapter checked that first); direct reports a direct chat, name is
@@ -162,69 +181,71 @@ func (s *Store) Check(channel, user, name string, direct bool) Decision {
 
 // approved reports whether who is on the approved list.
 func (s *Store) approved(who string) (bool, error) {
-	found := false
-	err := s.view(func(tx *bolt.Tx) error {
-		if b := tx.Bucket(bucketApproved); b != nil {
-			found = b.Get([]byte(who)) != nil
-		}
-		return nil
-	})
+	ctx, cancel := opCtx()
+	defer cancel()
+	st, err := s.st.load(ctx)
+	_, found := st.Approved[who]
 	return found, err
 }
 
-// pair is the pairing policy for an unknown user in a direct chat.
+// pair is the pairing policy for an unknown user in a direct chat. The
+// whole decision is one read-modify-write of the state, so that two
+// instances answering at once cannot both take the user's slot.
 func (s *Store) pair(channel, user, name string) Decision {
 	who := channel + ":" + user
 	now := s.now()
 	var code string
-	busy := false
-	err := s.update(func(tx *bolt.Tx) error {
-		pending, issued := tx.Bucket(bucketPending), tx.Bucket(bucketIssued)
-		var mine, expired [][]byte
+	busy, tell := false, false
+	ctx, cancel := opCtx()
+	defer cancel()
+	err := s.st.modify(ctx, func(st *state, claim func(hash string) (bool, error)) error {
+		code, busy, tell = "", false, false // fn runs again after a conflicting write
+		var mine []string
 		live, quiet := 0, false
-		_ = pending.ForEach(func(k, v []byte) error {
-			var p pendingRec
-			if json.Unmarshal(v, &p) != nil || now.Unix() >= p.Expires {
-				expired = append(expired, bytes.Clone(k))
-				return nil
+		for k, p := range st.Pending {
+			if now.Unix() >= p.Expires {
+				delete(st.Pending, k)
+				continue
 			}
 			live++
 			if p.Channel == channel && p.User == user {
 				quiet = quiet || now.Sub(time.Unix(p.Issued, 0)) < UserEvery
-				mine = append(mine, bytes.Clone(k))
+				mine = append(mine, k)
 			}
-			return nil
-		})
-		// Deleted after the walk: a bbolt cursor may skip a key after a
-		// delete.
-		for _, k := range expired {
-			if err := pending.Delete(k); err != nil {
-				return err
+		}
+		for k, t := range st.Told {
+			if now.Sub(time.Unix(t, 0)) >= UserEvery {
+				delete(st.Told, k)
 			}
 		}
 		switch {
 		case quiet:
-			return nil // one code per UserEvery: silence
+			return errUnchanged // one code per UserEvery: silence
 		case live-len(mine) >= MaxPending:
 			busy = true
+			if _, told := st.Told[who]; told {
+				return errUnchanged
+			}
+			tell = true
+			st.Told[who] = now.Unix()
 			return nil
 		}
 		for _, k := range mine { // the new code replaces the user's older one
-			if err := pending.Delete(k); err != nil {
-				return err
-			}
+			delete(st.Pending, k)
 		}
 		for {
-			code = s.gen()
-			h := digest(code)
-			if issued.Get(h) != nil {
-				continue // never the same code twice
-			}
-			b, _ := json.Marshal(pendingRec{Channel: channel, User: user, Name: name, Issued: now.Unix(), Expires: now.Add(CodeTTL).Unix()})
-			if err := pending.Put(h, b); err != nil {
+			c := s.gen()
+			h := string(digest(c))
+			fresh, err := claim(h)
+			if err != nil {
 				return err
 			}
-			return issued.Put(h, fmt.Appendf(nil, "%d", now.Unix()))
+			if !fresh {
+				continue // never the same code twice
+			}
+			code = c
+			st.Pending[h] = pendingRec{Channel: channel, User: user, Name: name, Issued: now.Unix(), Expires: now.Add(CodeTTL).Unix()}
+			return nil
 		}
 	})
 	switch {
@@ -233,7 +254,7 @@ func (s *Store) pair(channel, user, name string) Decision {
 		return Decision{Pairing: true, Reply: "Sorry, I cannot give you a pairing code right now. Please write again later."}
 	case busy:
 		s.log.Warn("access: too many pairing codes pending; not issuing one", "user", who, "pending_max", MaxPending)
-		if !s.tellBusy(who, now) {
+		if !tell {
 			return Decision{Pairing: true}
 		}
 		return Decision{Pairing: true, Reply: "Sorry, too many people are waiting for approval right now. Please write again in a while."}
@@ -246,23 +267,6 @@ func (s *Store) pair(channel, user, name string) Decision {
 		"Your pairing code is %s (valid for 1 hour). Send it to the owner; they approve it with: switchboard pairing approve %s", code, code)}
 }
 
-// tellBusy reports whether who should be told that too many codes are
-// pending (once per UserEvery).
-func (s *Store) tellBusy(who string, now time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for k, t := range s.busy {
-		if now.Sub(t) >= UserEvery {
-			delete(s.busy, k)
-		}
-	}
-	if _, told := s.busy[who]; told {
-		return false
-	}
-	s.busy[who] = now
-	return true
-}
-
 // Approve approves code and returns the user it admits
 // ("<channel>:<user_id>", with their name when known). by names who
 // approved it (for `pairing list`).
@@ -271,31 +275,31 @@ func (s *Store) Approve(code, by string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	h := digest(c)
+	h := string(digest(c))
 	now := s.now()
 	var who string
-	err = s.update(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketPending).Get(h)
-		if v == nil {
-			if tx.Bucket(bucketIssued).Get(h) != nil {
-				return ErrCodeUsed
-			}
+	ctx, cancel := opCtx()
+	defer cancel()
+	err = s.st.modify(ctx, func(st *state, _ func(string) (bool, error)) error {
+		p, ok := st.Pending[h]
+		switch {
+		case !ok:
 			return ErrNoSuchCode
-		}
-		var p pendingRec
-		if err := json.Unmarshal(v, &p); err != nil {
-			return fmt.Errorf("access: pending code record: %w", err)
-		}
-		if now.Unix() >= p.Expires {
+		case now.Unix() >= p.Expires:
 			return ErrCodeExpired // removed when the next code is issued
 		}
-		if err := tx.Bucket(bucketPending).Delete(h); err != nil {
-			return err
-		}
+		delete(st.Pending, h)
 		who = p.Channel + ":" + p.User
-		b, _ := json.Marshal(approvedRec{Name: p.Name, Approved: now.Unix(), By: by})
-		return tx.Bucket(bucketApproved).Put([]byte(who), b)
+		st.Approved[who] = approvedRec{Name: p.Name, Approved: now.Unix(), By: by}
+		return nil
 	})
+	if errors.Is(err, ErrNoSuchCode) {
+		if used, ierr := s.st.issued(ctx, h); ierr != nil {
+			err = ierr
+		} else if used {
+			err = ErrCodeUsed
+		}
+	}
 	if err != nil {
 		return "", err
 	}
@@ -308,12 +312,14 @@ func (s *Store) Revoke(who string) error {
 	if _, err := ParseUser(who); err != nil {
 		return err
 	}
-	err := s.update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketApproved)
-		if b.Get([]byte(who)) == nil {
+	ctx, cancel := opCtx()
+	defer cancel()
+	err := s.st.modify(ctx, func(st *state, _ func(string) (bool, error)) error {
+		if _, ok := st.Approved[who]; !ok {
 			return fmt.Errorf("%s is %w (users of allow_users and access.owners are changed in the configuration)", who, ErrNotApproved)
 		}
-		return b.Delete([]byte(who))
+		delete(st.Approved, who)
+		return nil
 	})
 	if err == nil {
 		s.log.Info("access: user revoked", "user", who)
@@ -335,68 +341,26 @@ type Entry struct {
 // time.
 func (s *Store) List() (pending, approved []Entry, err error) {
 	now := s.now()
-	err = s.view(func(tx *bolt.Tx) error {
-		if b := tx.Bucket(bucketPending); b != nil {
-			_ = b.ForEach(func(_, v []byte) error {
-				var p pendingRec
-				if json.Unmarshal(v, &p) == nil && now.Unix() < p.Expires {
-					pending = append(pending, Entry{Who: p.Channel + ":" + p.User, Name: p.Name, At: time.Unix(p.Issued, 0), Expires: time.Unix(p.Expires, 0)})
-				}
-				return nil
-			})
+	ctx, cancel := opCtx()
+	defer cancel()
+	st, err := s.st.load(ctx)
+	for _, p := range st.Pending {
+		if now.Unix() < p.Expires {
+			pending = append(pending, Entry{Who: p.Channel + ":" + p.User, Name: p.Name, At: time.Unix(p.Issued, 0), Expires: time.Unix(p.Expires, 0)})
 		}
-		if b := tx.Bucket(bucketApproved); b != nil {
-			_ = b.ForEach(func(k, v []byte) error {
-				var a approvedRec
-				_ = json.Unmarshal(v, &a)
-				approved = append(approved, Entry{Who: string(k), Name: a.Name, At: time.Unix(a.Approved, 0), By: a.By})
-				return nil
-			})
+	}
+	for who, a := range st.Approved {
+		approved = append(approved, Entry{Who: who, Name: a.Name, At: time.Unix(a.Approved, 0), By: a.By})
+	}
+	byTime := func(a, b Entry) int {
+		if c := a.At.Compare(b.At); c != 0 {
+			return c
 		}
-		return nil
-	})
-	byTime := func(a, b Entry) int { return a.At.Compare(b.At) }
+		return strings.Compare(a.Who, b.Who)
+	}
 	slices.SortFunc(pending, byTime)
 	slices.SortFunc(approved, byTime)
 	return pending, approved, err
-}
-
-// view runs fn in a read transaction of the state file; a missing file
-// is an empty state (fn is not called).
-func (s *Store) view(fn func(*bolt.Tx) error) error {
-	if _, err := os.Stat(s.path); errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	db, err := bolt.Open(s.path, 0o600, &bolt.Options{ReadOnly: true, Timeout: lockTimeout})
-	if err != nil {
-		return fmt.Errorf("access: %w", err)
-	}
-	defer db.Close()
-	return db.View(fn)
-}
-
-// update runs fn in a write transaction of the state file, which it
-// creates (and its buckets) when missing.
-func (s *Store) update(fn func(*bolt.Tx) error) error {
-	if err := os.MkdirAll(filepath.Dir(s.path), 0o700); err != nil {
-		return fmt.Errorf("access: %w", err)
-	}
-	db, err := bolt.Open(s.path, 0o600, &bolt.Options{Timeout: lockTimeout})
-	if err != nil {
-		return fmt.Errorf("access: %w", err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketPending, bucketIssued, bucketApproved} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return fn(tx)
-	})
-	if cerr := db.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("access: %w", cerr)
-	}
-	return err
 }
 
 // newCode returns a random code of CodeLen characters of Alphabet.

@@ -15,9 +15,13 @@
 // turns, so a heartbeat every 30 minutes never grows a big context. The
 // runtime answers it like a scheduled task (a proactive turn, which may
 // end silently); the answer is published on chat.out.heartbeat.<agent>,
-// where the [Runner] reads it and, unless it is silent, publishes it to
-// the target chat as a proactive message (kind reply, in_reply_to empty,
-// final; id "hb:<agent>:<turn id>", de-duplicated by the out stream).
+// where the [Runner] reads it from the out stream through the durable
+// consumer [RelayConsumer] and, unless it is silent, publishes it to the
+// target chat as a proactive message (kind reply, in_reply_to empty,
+// final; id "hb-out:<turn id>", de-duplicated by the out stream over its
+// retention), acknowledging the answer only once that publish is stored:
+// an answer published while the daemon stops is relayed after the
+// restart, and a second delivery of it is dropped as a duplicate.
 //
 // # Once per slot, across restarts
 //
@@ -54,10 +58,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
 	"github.com/switchboard-chat/switchboard/internal/observe"
+	"github.com/switchboard-chat/switchboard/internal/provision"
 )
 
 // Channel is the channel of heartbeat turns: their session is
@@ -271,11 +278,14 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	defer func() { _ = r.db.Close() }()
 	if c := r.opt.Conn; c != nil {
-		out, err := c.Subscribe(r.opt.Subjects.OutChannel(Channel), func(m *nats.Msg) { r.relay(ctx, m.Data) })
+		stop, err := r.followAnswers(ctx, c)
 		if err != nil {
-			return fmt.Errorf("heartbeat: follow answers: %w", err)
+			if ctx.Err() != nil {
+				return nil // stopped while starting
+			}
+			return err
 		}
-		defer func() { _ = out.Unsubscribe() }()
+		defer stop()
 		in, err := c.Subscribe(r.opt.Subjects.InAll(), func(m *nats.Msg) { r.noteInbound(m.Data) })
 		if err != nil {
 			return fmt.Errorf("heartbeat: follow chats: %w", err)
@@ -442,12 +452,79 @@ func (r *Runner) noteInbound(data []byte) {
 	}
 }
 
+// RelayConsumer is the durable consumer on the out stream from which the
+// Runner reads the heartbeat turns' answers (chat.out.heartbeat.>); the
+// instances of a cluster share it, so each answer is relayed by one.
+const RelayConsumer = "heartbeat_relay"
+
+// relayAckWait is how long an answer may stay unacknowledged (a relay
+// being published) before JetStream delivers it again.
+const relayAckWait = 30 * time.Second
+
+// relayRetry is how long a relay that could not be published waits before
+// its answer is delivered again.
+const relayRetry = 2 * time.Second
+
+// followAnswers reads the heartbeat turns' answers from the out stream
+// through the durable [RelayConsumer] (created or updated through
+// internal/provision) and relays each: acknowledged once its relay is
+// stored (a de-duplicated publish), delivered again when it could not be
+// (or when the daemon stopped in between), so an answer published while
+// the daemon stops is relayed after the restart, exactly once. It returns
+// what stops the consumption and waits for the relay running.
+func (r *Runner) followAnswers(ctx context.Context, c *nats.Conn) (func(), error) {
+	js, err := jetstream.New(c)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat: follow answers: %w", err)
+	}
+	stream := natsbus.StreamsFor(r.opt.Subjects.Prefix).Out
+	var cons jetstream.Consumer
+	err = provision.Do(ctx, r.opt.Log, "consumer "+stream+"/"+RelayConsumer, 0, func(ctx context.Context) error {
+		cons, err = js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+			Durable:       RelayConsumer,
+			Description:   "Switchboard heartbeat: the heartbeat turns' answers, relayed to their chats",
+			FilterSubject: r.opt.Subjects.OutChannel(Channel),
+			DeliverPolicy: jetstream.DeliverNewPolicy,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       relayAckWait,
+			MaxDeliver:    -1,
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat: follow answers: consumer %s/%s: %w", stream, RelayConsumer, err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		switch {
+		case r.relay(ctx, m.Data()):
+			if err := m.DoubleAck(ctx); err != nil && ctx.Err() == nil {
+				r.opt.Log.Warn("heartbeat: answer relayed but not acknowledged; its relay is dropped as a duplicate when delivered again", "err", err)
+			}
+		default:
+			// Stopping, or the publish failed: delivered again after a
+			// pause (not at once, which could hand it to this stopping
+			// run's last pull request, and then only after AckWait).
+			_ = m.NakWithDelay(relayRetry)
+		}
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if ctx.Err() == nil {
+			r.opt.Log.Warn("heartbeat: reading the answers", "err", err)
+		}
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat: follow answers: %w", err)
+	}
+	return func() { cc.Stop(); <-cc.Closed() }, nil
+}
+
 // relay sends what a heartbeat turn said to its target chat; a silent
-// answer sends nothing.
-func (r *Runner) relay(ctx context.Context, data []byte) {
+// answer sends nothing. It reports false when the relay could not be
+// published (the answer is to be delivered again), true when the answer
+// is done with: relayed, silent, or dropped for good.
+func (r *Runner) relay(ctx context.Context, data []byte) bool {
 	var out bus.Outbound
 	if json.Unmarshal(data, &out) != nil || !out.Final || out.Channel != Channel {
-		return
+		return true
 	}
 	name := out.ChatID
 	r.mu.Lock()
@@ -456,22 +533,22 @@ func (r *Runner) relay(ctx context.Context, data []byte) {
 	log := r.opt.Log.With("agent", name, "id", out.InReplyTo)
 	if !ok {
 		log.Warn("heartbeat answer of an unknown agent dropped")
-		return
+		return true
 	}
 	to, ok := r.target(name, c)
 	switch {
 	case out.Kind == bus.KindError:
 		log.Warn("heartbeat turn ended in an error; nothing sent", "text", out.Text)
 		r.outcome(ctx, name, OutcomeFailed, out.InReplyTo, to)
-		return
+		return true
 	case Silent(out.Text):
 		log.Info("heartbeat: nothing to say")
 		r.outcome(ctx, name, OutcomeSilent, out.InReplyTo, to)
-		return
+		return true
 	case !ok:
 		log.Warn("heartbeat answer dropped: no target chat (to: last, no direct chat seen yet)")
 		r.outcome(ctx, name, OutcomeNoTarget, out.InReplyTo, to)
-		return
+		return true
 	}
 	msg := bus.Outbound{V: bus.Version, ID: "hb-out:" + out.InReplyTo, Channel: to.Channel, ChatID: to.ChatID, ThreadID: to.ThreadID,
 		Kind: bus.KindReply, Text: out.Text, Final: true, Meta: map[string]string{MetaAgent: name}}
@@ -480,12 +557,15 @@ func (r *Runner) relay(ctx context.Context, data []byte) {
 		err = r.opt.Publisher.Publish(ctx, r.opt.Subjects.Out(to.Channel, to.ChatID), body, msg.ID)
 	}
 	if err != nil {
-		log.Error("heartbeat message not sent", "to", to, "err", err)
-		r.outcome(ctx, name, OutcomeFailed, out.InReplyTo, to)
-		return
+		if ctx.Err() == nil {
+			log.Error("heartbeat message not sent; tried again", "to", to, "err", err)
+			r.outcome(ctx, name, OutcomeFailed, out.InReplyTo, to)
+		}
+		return false
 	}
 	log.Info("heartbeat message sent", "to", to)
 	r.outcome(ctx, name, OutcomeSent, out.InReplyTo, to)
+	return true
 }
 
 // Silent reports whether a heartbeat answer says nothing: empty, or the

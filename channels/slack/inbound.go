@@ -260,9 +260,17 @@ func (a *Adapter) rememberThread(channel, threadTS string) {
 	}
 }
 
-// allowed reports whether channels.slack.allow_users lets user in.
+// allowed reports whether channels.slack.allow_users lets user in: the
+// list in force at the gate, which a configuration reload changes, or the
+// one the adapter started with.
 func (a *Adapter) allowed(user string) bool {
-	for _, u := range a.cfg.AllowUsers {
+	list := []string(a.cfg.AllowUsers)
+	if a.opts.Gate != nil {
+		if l, ok := a.opts.Gate.AllowUsers(ChannelName); ok {
+			list = l
+		}
+	}
+	for _, u := range list {
 		if u == "*" || u == user {
 			return true
 		}

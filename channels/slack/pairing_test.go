@@ -55,3 +55,38 @@ func TestPairingGate(t *testing.T) {
 		t.Errorf("%d ephemeral messages, want 2 (one code, one channel refusal)", n)
 	}
 }
+
+// TestAllowUsersFromTheGate: the adapter reads allow_users from the gate at
+// each message, so a configuration reload (access.Store.SetConfig) lets an
+// added user in and refuses a removed one (told why), without a restart.
+func TestAllowUsersFromTheGate(t *testing.T) {
+	e := newEnv(t)
+	in := e.collectIn()
+	cfg := e.config()
+	cfg.AllowUsers = []string{"U2"}
+	lists := func(users ...string) access.Config {
+		return access.Config{DMPolicy: map[string]access.Policy{ChannelName: access.Allowlist}, AllowUsers: map[string][]string{ChannelName: users}}
+	}
+	gate := access.New(lists("U2"), t.TempDir(), access.Options{})
+	a := e.adapter(cfg)
+	a.opts.Gate = gate
+	e.start(a)
+
+	e.send("a", dm("U2", "D2", "70.1", "u2 before"))
+	waitInbound(t, in, "u2 before")
+	if lines := gate.SetConfig(lists("U1")); len(lines) != 1 {
+		t.Fatalf("reload lines %q", lines)
+	}
+	e.send("b", dm("U1", "D1", "70.2", "u1 after"))
+	waitInbound(t, in, "u1 after")
+	e.send("c", dm("U2", "D2", "70.3", "u2 after removal"))
+	eph := e.slack.waitCalls(t, "chat.postEphemeral", 1)[0].form
+	if eph.Get("user") != "U2" || !strings.Contains(eph.Get("text"), "channels.slack.allow_users") {
+		t.Fatalf("removed user told %v, want the allow_users note", eph)
+	}
+	e.send("s", dm("U1", "D2", "70.4", "sentinel")) // after "u2 after removal" in D2's worker
+	waitInbound(t, in, "sentinel")
+	if got := texts(t, in); !cmp.Equal(got, []string{"u2 before", "u1 after", "sentinel"}) {
+		t.Errorf("inbound texts = %q, want nothing of the removed user after the reload", got)
+	}
+}

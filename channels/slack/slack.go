@@ -16,8 +16,9 @@
 //     a thread the bot already answered in, or everything. Each thread is
 //     a session (thread_id = the thread's ts; a top-level message starts
 //     a thread of its own) and every reply goes to its thread;
-//   - only users in channels.slack.allow_users (a denied user gets one
-//     ephemeral note naming their id and the key), only in
+//   - only users in channels.slack.allow_users (read from the Gate at each
+//     message, so that a configuration reload changes it; a denied user
+//     gets one ephemeral note naming their id and the key), only in
 //     channels.slack.allow_channels when set.
 //
 // Messages from bots, from the bot itself and with a subtype (edits,
@@ -153,6 +154,9 @@ type Options struct {
 // use.
 type Gate interface {
 	Check(channel, user, name string, direct bool) access.Decision
+	// AllowUsers is the channel's allow_users list in force (a reload
+	// changes it); ok false: the adapter keeps Config.AllowUsers.
+	AllowUsers(channel string) (list []string, ok bool)
 }
 
 // Adapter connects one Slack app to the bus. Build it with [New]; it

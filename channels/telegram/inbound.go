@@ -106,7 +106,7 @@ func (a *Adapter) handleUpdate(ctx context.Context, u update) error {
 	if group {
 		dest.replyTo = m.MessageID
 	}
-	if !a.access.allowed(m.From) && !a.admit(ctx, m, dest, group, ad) {
+	if !a.allowList().allowed(m.From) && !a.admit(ctx, m, dest, group, ad) {
 		return ctx.Err()
 	}
 	if ad.command == "start" {
@@ -309,6 +309,18 @@ func (a *Adapter) triggered(ad addressing) bool {
 	default:
 		return ad.mentioned || ad.reply
 	}
+}
+
+// allowList is the allow list in force: the gate's, which a configuration
+// reload changes (channels.telegram.allow_users applies from the next
+// message), or the one the adapter started with.
+func (a *Adapter) allowList() access {
+	if a.deps.Gate != nil {
+		if l, ok := a.deps.Gate.AllowUsers(Name); ok {
+			return newAccess(l)
+		}
+	}
+	return a.access
 }
 
 // admit decides for a user not on allow_users: the gate (access.dm_policy

@@ -18,8 +18,9 @@
 //     published again is dropped by the stream's and the runtime's
 //     de-duplication. Webhook mode answers Telegram only after the publish
 //     is acknowledged.
-//   - Access: deny by default (Config.AllowUsers); a denied user gets one
-//     reply with their numeric id, then silence.
+//   - Access: deny by default (Config.AllowUsers, read from the Gate at
+//     each message so that a configuration reload changes it); a denied
+//     user gets one reply with their numeric id, then silence.
 //   - Groups: the bot is addressed by a mention entity (UTF-16 offsets), a
 //     text mention, a reply to its message, or its commands; the mention is
 //     stripped. One session per group, one per forum topic.
@@ -125,6 +126,9 @@ type Deps struct {
 // access's Store): direct reports a private chat. Safe for concurrent use.
 type Gate interface {
 	Check(channel, user, name string, direct bool) pairing.Decision
+	// AllowUsers is the channel's allow_users list in force (a reload
+	// changes it); ok false: the adapter keeps Config.AllowUsers.
+	AllowUsers(channel string) (list []string, ok bool)
 }
 
 // Adapter is the Telegram channel. Build it with [New], run it once with

@@ -128,7 +128,7 @@ func (c *Channel) session(r *http.Request) (login, bool) {
 		return login{}, false
 	}
 	l, ok := c.store.getLogin(ck.Value)
-	if !ok || !slices.Contains(c.cfg.AllowUsers, l.User) {
+	if !ok || !c.allowed(l.User) {
 		return login{}, false // expired, or the user was removed from allow_users
 	}
 	return l, true
@@ -209,7 +209,7 @@ func (c *Channel) postLogin(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusBadRequest, "bad_request", "Send a JSON body with user and code.")
 		return
 	}
-	if !slices.Contains(c.cfg.AllowUsers, req.User) {
+	if !c.allowed(req.User) {
 		c.log.Info("web login refused: user not allowed", "user", req.User, "remote", r.RemoteAddr)
 		apiError(w, http.StatusForbidden, "user_not_allowed", "This user may not use the web console (channels.web.allow_users).")
 		return

@@ -13,7 +13,9 @@
 //     is served to a browser without a session: pages redirect to /login,
 //     API calls get 401. A one-time pairing code, printed in the daemon's
 //     log at start and by "switchboard web pair", is exchanged with a user
-//     name of Config.AllowUsers for a session cookie (HttpOnly,
+//     name of Config.AllowUsers (as in force: Deps.Allow, which a
+//     configuration reload changes; a session of a user removed from it
+//     ends at its next request) for a session cookie (HttpOnly,
 //     SameSite=Strict, Secure when the browser uses https, directly or
 //     through a reverse proxy that keeps the Host header), kept in the
 //     state file (data_dir/web.db) for 30 days. Codes are files in
@@ -102,6 +104,27 @@ type Deps struct {
 
 	// Dash are the dashboard's sources (Config.Dashboard).
 	Dash Dashboard
+	// Allow, when set, holds channels.web.allow_users as in force (the
+	// access gate, which a configuration reload updates); nil, or a list
+	// it does not carry: Config.AllowUsers as started.
+	Allow Allow
+}
+
+// Allow is the source of the allow_users list in force (package access's
+// Store). Safe for concurrent use.
+type Allow interface {
+	AllowUsers(channel string) (list []string, ok bool)
+}
+
+// allowed reports whether user is on channels.web.allow_users as in force.
+func (c *Channel) allowed(user string) bool {
+	list := []string(c.cfg.AllowUsers)
+	if c.deps.Allow != nil {
+		if l, ok := c.deps.Allow.AllowUsers(Name); ok {
+			list = l
+		}
+	}
+	return slices.Contains(list, user)
 }
 
 // Channel is the web console. Build it with [New], run it once with
@@ -270,7 +293,7 @@ func (c *Channel) handleOutbound(_ context.Context, out bus.Outbound) error {
 		}
 		// A message the user did not ask for (a scheduled task's report)
 		// may open a conversation: list it.
-		if user, conv, ok := strings.Cut(out.ChatID, ":"); ok && convRE.MatchString(conv) && slices.Contains(c.cfg.AllowUsers, user) {
+		if user, conv, ok := strings.Cut(out.ChatID, ":"); ok && convRE.MatchString(conv) && c.allowed(user) {
 			if err := c.store.touchConv(user, conv, ""); err != nil {
 				c.log.Warn("conversation list not updated", "chat_id", out.ChatID, "err", err)
 			}

@@ -156,7 +156,7 @@ func newWeb(cfg Config, d channelDeps) (channels.Channel, error) {
 	}
 	c, err := webch.New(*cfg.Channels.Web, webch.Deps{Conn: d.Conn, Subjects: d.Subjects, MaxTextBytes: cfg.Bus.MaxTextBytes, StatePath: filepath.Join(d.DataDir, "web.db"),
 		PairDir: webch.PairDir(d.DataDir), OutRetention: cfg.Bus.OutRetentionOrDefault(), NoModel: !cfg.LLM.Configured(), Log: d.Log,
-		Files: d.root(), Status: d.status(webch.Name), Metrics: d.Metrics, Dash: d.Dash})
+		Files: d.root(), Status: d.status(webch.Name), Metrics: d.Metrics, Dash: d.Dash, Allow: d.Gate})
 	if err != nil {
 		return nil, err
 	}

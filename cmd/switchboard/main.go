@@ -84,9 +84,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return c.DataDir, c.Channels.Web, src.String(), err
 		})
 	case "pairing":
-		err = access.RunVerb(args, stdout, stderr, configFlag, func(p string) (access.Config, string, error) {
+		err = access.RunVerb(ctx, args, stdout, stderr, configFlag, func(p string) (access.Site, error) {
 			c, _, err := LoadConfig(p)
-			return c.Access, c.DataDir, err
+			return access.Site{Config: c.Access, DataDir: c.DataDir, Store: c.Memory.Store, Bus: c.Bus}, err
 		})
 	case "agents":
 		err = profiles.RunVerb(args, stdout, stderr, LoadConfig)

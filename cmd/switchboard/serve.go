@@ -151,7 +151,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return err
 	}
 	adm.Handle("GET /mcp", rt)                                            // main's MCP servers
-	gate := access.New(cfg.Access, cfg.DataDir, access.Options{Log: log}) // data_dir/access.db, read at each decision
+	gate := access.New(cfg.Access.WithChannels(cfg.Channels), cfg.DataDir, access.Options{Log: log, Shared: state.Access}) // data_dir/access.db or the cluster's bucket, read at each decision
 	mgr, err := agent.NewManager(cfg.Agent, rt.Main.Settings.Apply(agent.Options{Subjects: b.Subjects(), MaxTextBytes: cfg.Bus.MaxTextBytes,
 		ShutdownTimeout: cfg.ShutdownTimeout, Heartbeat: b.Heartbeat()}), // a third of the consumers' AckWait
 		agent.Deps{Source: b, Publisher: b, Store: store, Log: log, Observer: mx, Pairing: gate, Main: rt.Main, Agents: rt.Agents()})
@@ -169,8 +169,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	g.Go(func() error { return hb.Run(gctx) })
 	rl := reload.New(cfg, func() (Config, error) { c, _, err := LoadConfig(cfg.File); return c, err }, func(next Config) []string {
 		set, _ := next.Profiles() // valid once loaded
-		return slices.Concat(rt.Reload(mgr, set), hb.Swap(rt.Heartbeats()), gate.SetConfig(next.Access))
-	}, log, "bindings", "agents", "llm", "agent", "tools", "access") // main's llm/agent/tools: rt.Reload applies them
+		return slices.Concat(rt.Reload(mgr, set), hb.Swap(rt.Heartbeats()), gate.SetConfig(next.Access.WithChannels(next.Channels)))
+	}, log, slices.Concat([]string{"bindings", "agents", "llm", "agent", "tools", "access"}, access.ReloadKeys())...) // main's llm/agent/tools: rt.Reload applies them
 	adm.Handle("POST /reload", rl)
 	g.Go(func() error { return rl.Run(gctx) })
 	g.Go(func() error {

@@ -222,24 +222,28 @@ var Verbs = []Verb{
 				About: "Approves the pairing code an unknown user got from the bot in a direct chat\n" +
 					"(access.dm_policy pairing): the user is added to the approved list in\n" +
 					"data_dir/access.db and their next message goes through. Works with the daemon\n" +
-					"running (it reads the file at each message) or stopped. A code works once, for\n" +
-					"1 hour.",
-				Flags:    []Flag{configFlag},
+					"running (it reads the file at each message) or stopped. With memory.store\n" +
+					"jetstream the list is the cluster's access bucket, reached on the bus as the\n" +
+					"operator (--url, or the credential in data_dir): every instance admits the\n" +
+					"user. A code works once, for 1 hour.",
+				Flags:    []Flag{configFlag, urlFlag},
 				Examples: []string{"switchboard pairing approve K7PQ2MXA", "switchboard pairing approve K7PQ2MXA --config /etc/switchboard/config.yaml"},
 			},
 			{
 				Name: "list", Summary: "show the pending requests and the approved users",
 				About: "Lists the users waiting for approval (their codes are not stored, only the\n" +
-					"codes' hashes) and the approved users of data_dir/access.db.",
-				Flags:    []Flag{configFlag},
+					"codes' hashes) and the approved users of data_dir/access.db (with\n" +
+					"memory.store jetstream: of the cluster's access bucket, on the bus).",
+				Flags:    []Flag{configFlag, urlFlag},
 				Examples: []string{"switchboard pairing list"},
 			},
 			{
 				Name: "revoke", Args: "CHANNEL:USER_ID", Summary: "remove an approved user",
 				About: "Removes a user from the approved list; their next message in a direct chat\n" +
 					"gets a new pairing code (allow_users and access.owners are set in the\n" +
-					"configuration instead).",
-				Flags:    []Flag{configFlag},
+					"configuration instead). With memory.store jetstream it applies on every\n" +
+					"instance.",
+				Flags:    []Flag{configFlag, urlFlag},
 				Examples: []string{"switchboard pairing revoke telegram:123456789"},
 			},
 		},

@@ -1,7 +1,8 @@
 // Package kvstate keeps the daemon's small replicated state in JetStream
 // key-value buckets when memory.store is jetstream: the long-term memory
-// notes, the scheduled tasks and the channel adapters' state (the Telegram
-// getUpdates offset). It is the one helper over a key-value bucket; the
+// notes, the scheduled tasks, the channel adapters' state (the Telegram
+// getUpdates offset), the deliveries shown and the pairing state (package
+// access). It is the one helper over a key-value bucket; the
 // parts that keep state define the small interface they need, and a
 // [*Bucket] satisfies it. With memory.store bolt nothing here is opened and
 // each part keeps its state in its own file as before.
@@ -52,6 +53,11 @@ const (
 	// ([Seen]) and the OpenAI-compatible API's idempotency records. Its
 	// values expire after Config.DeliveredTTL.
 	NameDelivered = "delivered"
+	// NameAccess holds the pairing state (package access): pending code
+	// hashes, the record of every code issued, rate-limit stamps and the
+	// approved users, so that every instance gates alike and
+	// `switchboard pairing` changes them for all.
+	NameAccess = "access"
 )
 
 // DefaultDeliveredTTL is how long the delivered bucket keeps a value when
@@ -97,6 +103,7 @@ type Set struct {
 	Schedules Store         // scheduled tasks, by task id
 	Channels  Store         // channel adapters' state, keys chosen by each adapter
 	Delivered Store         // shown outbound ids ([Seen]), idempotency records; values expire
+	Access    Store         // pairing state (package access)
 	Leases    *lease.Leases // "<prefix>_leases": what runs once (channels, the scheduler)
 }
 
@@ -121,6 +128,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) (Set
 		{NameSchedules, "Switchboard scheduled tasks", 0, &s.Schedules},
 		{NameChannels, "Switchboard channel adapter state (Telegram offset, ...)", 0, &s.Channels},
 		{NameDelivered, "Switchboard deliveries: outbound ids shown, idempotency records", delivered, &s.Delivered},
+		{NameAccess, descAccess, 0, &s.Access},
 	} {
 		bk, err := openBucket(ctx, nc, cfg, b.name, b.desc, b.ttl)
 		if err != nil {
@@ -134,7 +142,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) (Set
 // Names returns the full names of the buckets [Open] opens for prefix.
 func Names(prefix string) []string {
 	var out []string
-	for _, n := range []string{NameMemory, NameSchedules, NameChannels, NameDelivered} {
+	for _, n := range []string{NameMemory, NameSchedules, NameChannels, NameDelivered, NameAccess} {
 		out = append(out, bucketName(prefix, n))
 	}
 	return out
@@ -174,6 +182,15 @@ func openBucket(ctx context.Context, nc *nats.Conn, cfg Config, name, desc strin
 		return nil, fmt.Errorf("kvstate: bucket %s: %w", bucket, err)
 	}
 	return &Bucket{kv: kv}, nil
+}
+
+const descAccess = "Switchboard pairing: pending code hashes, issued codes, approved users"
+
+// OpenAccess opens (creating it when missing) the access bucket of [Open]
+// on its own, for `switchboard pairing` run by an operator next to the
+// daemons.
+func OpenAccess(ctx context.Context, nc *nats.Conn, cfg Config) (*Bucket, error) {
+	return openBucket(ctx, nc, cfg, NameAccess, descAccess, 0)
 }
 
 // Key turns any text (a workspace path) into a valid key: its unpadded

@@ -8,10 +8,13 @@
 // POST /reload and `switchboard reload`), and the running configuration
 // stays. A valid one is compared with the running one section by
 // section: the sections the daemon can change live are handed to the
-// apply function (the daemon's: bindings, agents' heartbeats, access),
-// which says what it applied and what it keeps; every other section that
-// changed (listeners, data_dir, bus, memory, channels, ...) is reported
-// "kept until restart" and nothing of it changes.
+// apply function (the daemon's: bindings, agents' heartbeats, access,
+// the channels' allow_users), which says what it applied and what it
+// keeps; every other section that changed (listeners, data_dir, bus,
+// memory, channels, ...) is reported "kept until restart" and nothing of
+// it changes. A live key may be nested (channels.telegram.allow_users):
+// its section is then compared key by key, and its other keys that
+// changed are reported kept one by one (channels.telegram.token).
 package reload
 
 import (
@@ -73,8 +76,9 @@ type Reloader[C any] struct {
 
 // New returns a reloader of running: load reads the configuration again,
 // apply puts a valid one's live sections in force and describes the
-// changes; live names the top-level keys apply handles (the others are
-// kept until restart when they change). A nil log discards.
+// changes; live names the keys apply handles, top-level (bindings) or
+// nested (channels.telegram.allow_users); the others are kept until
+// restart when they change. A nil log discards.
 func New[C any](running C, load func() (C, error), apply func(next C) []string, log *slog.Logger, live ...string) *Reloader[C] {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -102,7 +106,7 @@ func (r *Reloader[C]) Reload() Result {
 		return Result{Err: errors.Join(problems...)}
 	}
 	changes := r.apply(next)
-	for _, key := range changed(r.running, next) {
+	for _, key := range changedIn(reflect.ValueOf(r.running), reflect.ValueOf(next), "", r.live) {
 		if !r.live[key] {
 			changes = append(changes, key+": changed, kept until restart")
 		}
@@ -114,24 +118,45 @@ func (r *Reloader[C]) Reload() Result {
 	return Result{Changes: changes}
 }
 
-// changed lists the top-level YAML keys whose values differ.
-func changed[C any](a, b C) []string {
-	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
-	if va.Kind() != reflect.Struct {
+// changedIn lists the keys of the structs a and b (under prefix) whose
+// values differ. A key some live key lies under ("channels" for
+// "channels.telegram.allow_users") is compared field by field, so that
+// the live key itself is left to apply and its siblings are reported on
+// their own (channels.telegram.token, channels.slack).
+func changedIn(a, b reflect.Value, prefix string, live map[string]bool) []string {
+	a, b = reflect.Indirect(a), reflect.Indirect(b)
+	if a.Kind() != reflect.Struct || b.Kind() != reflect.Struct {
 		return nil
 	}
 	var out []string
-	for i := range va.NumField() {
-		f := va.Type().Field(i)
+	for i := range a.NumField() {
+		f := a.Type().Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 		if !f.IsExported() || name == "" || name == "-" {
 			continue
 		}
-		if !reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
-			out = append(out, name)
+		key := prefix + name
+		fa, fb := a.Field(i), b.Field(i)
+		if reflect.DeepEqual(fa.Interface(), fb.Interface()) {
+			continue
 		}
+		if under(live, key) && fa.Kind() == fb.Kind() && !(fa.Kind() == reflect.Pointer && (fa.IsNil() || fb.IsNil())) {
+			out = append(out, changedIn(fa, fb, key+".", live)...)
+			continue
+		}
+		out = append(out, key)
 	}
 	return out
+}
+
+// under reports whether some live key is below key.
+func under(live map[string]bool, key string) bool {
+	for k := range live {
+		if strings.HasPrefix(k, key+".") {
+			return true
+		}
+	}
+	return false
 }
 
 // ServeHTTP is POST /reload: 200 with the changes, or 422 with every

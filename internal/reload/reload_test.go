@@ -121,3 +121,42 @@ func TestSIGHUPReloads(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+type chanConf struct {
+	Token      string   `yaml:"token"`
+	AllowUsers []string `yaml:"allow_users"`
+}
+
+type nested struct {
+	Channels struct {
+		Telegram *chanConf `yaml:"telegram"`
+		Web      *chanConf `yaml:"web"`
+	} `yaml:"channels"`
+}
+
+// TestNestedLiveKey: a live key inside a section (channels.telegram.
+// allow_users) is left to apply; the section's other changes are reported
+// kept one by one.
+func TestNestedLiveKey(t *testing.T) {
+	var start, next nested
+	start.Channels.Telegram = &chanConf{Token: "a", AllowUsers: []string{"1"}}
+	start.Channels.Web = &chanConf{AllowUsers: []string{"ann"}}
+	next.Channels.Telegram = &chanConf{Token: "a", AllowUsers: []string{"2"}}
+	next.Channels.Web = &chanConf{AllowUsers: []string{"ann"}}
+	var applied int
+	apply := func(nested) []string { applied++; return []string{"channels.telegram.allow_users: applied"} }
+	r := New(start, func() (nested, error) { return next, nil }, apply, nil, "channels.telegram.allow_users")
+	if res := r.Reload(); res.Err != nil || strings.Join(res.Changes, "|") != "channels.telegram.allow_users: applied" {
+		t.Fatalf("allow_users only: %+v", res)
+	}
+	next.Channels.Telegram = &chanConf{Token: "b", AllowUsers: []string{"2"}}
+	next.Channels.Web = &chanConf{AllowUsers: []string{"bob"}}
+	want := "channels.telegram.allow_users: applied|channels.telegram.token: changed, kept until restart|channels.web: changed, kept until restart"
+	if res := r.Reload(); strings.Join(res.Changes, "|") != want {
+		t.Fatalf("token and web changed too: %q, want %q", res.Changes, want)
+	}
+	next.Channels.Telegram = nil // the section removed: kept whole
+	if res := r.Reload(); !strings.Contains(strings.Join(res.Changes, "|"), "channels.telegram: changed, kept until restart") {
+		t.Fatalf("section removed: %q", res.Changes)
+	}
+}

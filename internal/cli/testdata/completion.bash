@@ -52,11 +52,11 @@ __switchboard_spec() {
     "pairing")
         words="approve list revoke" flags="--help" valued="" files="" ;;
     "pairing approve")
-        words="" flags="--config --help" valued="config" files="config" ;;
+        words="" flags="--config --url --help" valued="config url" files="config" ;;
     "pairing list")
-        words="" flags="--config --help" valued="config" files="config" ;;
+        words="" flags="--config --url --help" valued="config url" files="config" ;;
     "pairing revoke")
-        words="" flags="--config --help" valued="config" files="config" ;;
+        words="" flags="--config --url --help" valued="config url" files="config" ;;
     "demo")
         words="" flags="--keep -v --help" valued="" files="" ;;
     "bench")

@@ -39,11 +39,11 @@ function __switchboard_valued
         case 'web pair'
             printf '%s\n' config user
         case 'pairing approve'
-            printf '%s\n' config
+            printf '%s\n' config url
         case 'pairing list'
-            printf '%s\n' config
+            printf '%s\n' config url
         case 'pairing revoke'
-            printf '%s\n' config
+            printf '%s\n' config url
         case 'bench'
             printf '%s\n' chats messages rate timeout tools model-latency model-url json compare
         case 'healthcheck'
@@ -191,10 +191,13 @@ complete -c switchboard -n '__switchboard_at \'pairing\'' -a 'list' -d 'show the
 complete -c switchboard -n '__switchboard_at \'pairing\'' -a 'revoke' -d 'remove an approved user'
 complete -c switchboard -n '__switchboard_at \'pairing\'' -l help
 complete -c switchboard -n '__switchboard_at \'pairing approve\'' -l config -r -F
+complete -c switchboard -n '__switchboard_at \'pairing approve\'' -l url -x
 complete -c switchboard -n '__switchboard_at \'pairing approve\'' -l help
 complete -c switchboard -n '__switchboard_at \'pairing list\'' -l config -r -F
+complete -c switchboard -n '__switchboard_at \'pairing list\'' -l url -x
 complete -c switchboard -n '__switchboard_at \'pairing list\'' -l help
 complete -c switchboard -n '__switchboard_at \'pairing revoke\'' -l config -r -F
+complete -c switchboard -n '__switchboard_at \'pairing revoke\'' -l url -x
 complete -c switchboard -n '__switchboard_at \'pairing revoke\'' -l help
 complete -c switchboard -n '__switchboard_at \'demo\'' -l keep
 complete -c switchboard -n '__switchboard_at \'demo\'' -o v

@@ -77,13 +77,13 @@ __switchboard_spec() {
     flags_=(--help) valued_=() files_=() ;;
   ("pairing approve")
     words_=()
-    flags_=(--config --help) valued_=(config) files_=(config) ;;
+    flags_=(--config --url --help) valued_=(config url) files_=(config) ;;
   ("pairing list")
     words_=()
-    flags_=(--config --help) valued_=(config) files_=(config) ;;
+    flags_=(--config --url --help) valued_=(config url) files_=(config) ;;
   ("pairing revoke")
     words_=()
-    flags_=(--config --help) valued_=(config) files_=(config) ;;
+    flags_=(--config --url --help) valued_=(config url) files_=(config) ;;
   ("demo")
     words_=()
     flags_=(--keep -v --help) valued_=() files_=() ;;
