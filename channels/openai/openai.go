@@ -64,7 +64,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
 	"github.com/switchboard-chat/switchboard/bus"
@@ -240,38 +239,21 @@ func (c *Channel) Run(ctx context.Context) error {
 	defer client.Close()
 	c.client, c.store = client, st
 	addr, _ := bindAddr(c.cfg.Listen) // checked by Validate
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
-	if err != nil {
-		err = fmt.Errorf("openai: listen %s: %w", addr, err)
-		c.status(err)
-		return err
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	c.stopping = gctx.Done()
-	g.Go(func() error { return client.ConsumeOutbound(gctx, c.handleOutbound) })
-	g.Go(func() error {
-		return client.Subscribe(gctx, bridge.Subscription{Events: func(_ context.Context, ev bus.Event) { c.turns.event(ev) }})
-	})
-	g.Go(func() error {
-		if err := channels.ServeHTTP(gctx, ln, c.Handler(), c.log, nil); err != nil {
-			return fmt.Errorf("openai: serve: %w", err)
-		}
-		return nil
-	})
-	c.log.Info("OpenAI-compatible API listening", "addr", ln.Addr().String(), "keys", len(c.keys), "models", c.cfg.Models)
-	c.status(nil)
-	if c.deps.Ready != nil {
-		c.deps.Ready(ln.Addr())
-	}
-	err = g.Wait()
-	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
-		c.log.Info("OpenAI-compatible API stopped")
-		return nil
-	}
-	if err != nil {
-		c.status(err)
-	}
-	return err
+	return channels.RunHTTP(ctx, channels.HTTPChannel{Name: "openai", Addr: addr, Handler: c.Handler(), Log: c.log, Status: c.deps.Status,
+		Workers: []func(context.Context) error{
+			func(ctx context.Context) error { return client.ConsumeOutbound(ctx, c.handleOutbound) },
+			func(ctx context.Context) error {
+				return client.Subscribe(ctx, bridge.Subscription{Events: func(_ context.Context, ev bus.Event) { c.turns.event(ev) }})
+			},
+		},
+		Started: func(ctx context.Context, addr net.Addr) {
+			c.stopping = ctx.Done()
+			c.log.Info("OpenAI-compatible API listening", "addr", addr.String(), "keys", len(c.keys), "models", c.cfg.Models)
+			if c.deps.Ready != nil {
+				c.deps.Ready(addr)
+			}
+		},
+		Stopped: "OpenAI-compatible API stopped"})
 }
 
 func (c *Channel) status(err error) {

@@ -56,7 +56,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
 	"github.com/switchboard-chat/switchboard/bus"
@@ -233,43 +232,27 @@ func (c *Channel) Run(ctx context.Context) error {
 	defer client.Close()
 	c.client, c.store = client, st
 	addr, _ := bindAddr(c.cfg.Listen) // checked by Validate
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
-	if err != nil {
-		err = fmt.Errorf("web: listen %s: %w", addr, err)
-		c.status(err)
-		return err
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return client.ConsumeOutbound(gctx, c.handleOutbound) })
-	g.Go(func() error { return c.watchEvents(gctx) })
-	g.Go(func() error {
+	return channels.RunHTTP(ctx, channels.HTTPChannel{Name: "web", Addr: addr, Handler: c.Handler(), Log: c.log, Status: c.deps.Status,
 		// Closing the browsers' event streams first lets the shutdown
 		// finish without waiting for them.
-		if err := channels.ServeHTTP(gctx, ln, c.Handler(), c.log, c.hub.closeAll); err != nil {
-			return fmt.Errorf("web: serve: %w", err)
-		}
-		return nil
-	})
-	code, err := newCode(c.deps.PairDir, "", c.now())
-	if err != nil {
-		c.log.Error("no pairing code; use `switchboard web pair`", "err", err)
-	} else {
-		c.log.Info("web console listening; log in with this one-time pairing code (or mint one with `switchboard web pair`)",
-			"url", "http://"+ln.Addr().String()+"/login", "pairing_code", code, "valid", PairTTL.String(), "users", []string(c.cfg.AllowUsers))
-	}
-	c.status(nil)
-	if c.deps.Ready != nil {
-		c.deps.Ready(ln.Addr())
-	}
-	err = g.Wait()
-	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
-		c.log.Info("web console stopped")
-		return nil
-	}
-	if err != nil {
-		c.status(err)
-	}
-	return err
+		BeforeShutdown: c.hub.closeAll,
+		Workers: []func(context.Context) error{
+			func(ctx context.Context) error { return client.ConsumeOutbound(ctx, c.handleOutbound) },
+			c.watchEvents,
+		},
+		Started: func(_ context.Context, addr net.Addr) {
+			code, err := newCode(c.deps.PairDir, "", c.now())
+			if err != nil {
+				c.log.Error("no pairing code; use `switchboard web pair`", "err", err)
+			} else {
+				c.log.Info("web console listening; log in with this one-time pairing code (or mint one with `switchboard web pair`)",
+					"url", "http://"+addr.String()+"/login", "pairing_code", code, "valid", PairTTL.String(), "users", []string(c.cfg.AllowUsers))
+			}
+			if c.deps.Ready != nil {
+				c.deps.Ready(addr)
+			}
+		},
+		Stopped: "web console stopped"})
 }
 
 func (c *Channel) status(err error) {

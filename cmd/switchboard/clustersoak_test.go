@@ -38,14 +38,7 @@ const clusterSoakKills = 4
 // SWITCHBOARD_CLUSTER_SOAK_SEED=<seed> replays the schedule.
 func TestClusterKillSoak(t *testing.T) {
 	kills := envCount(t, "SWITCHBOARD_CLUSTER_SOAK_KILLS", clusterSoakKills)
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("SWITCHBOARD_CLUSTER_SOAK_SEED"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("SWITCHBOARD_CLUSTER_SOAK_SEED=%q: %v", v, err)
-		}
-		seed = n
-	}
+	seed := envSeed(t, "SWITCHBOARD_CLUSTER_SOAK_SEED")
 	t.Logf("cluster kill soak: seed=%d kills=%d (replay: SWITCHBOARD_CLUSTER_SOAK_SEED=%d)", seed, kills, seed)
 	rng := rand.New(rand.NewPCG(seed, seed>>1|1))
 
@@ -116,6 +109,21 @@ func envCount(t *testing.T, name string, def int) int {
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 {
 		t.Fatalf("%s=%q: want a positive number", name, v)
+	}
+	return n
+}
+
+// envSeed reads a soak's seed from the environment variable name, a new
+// one when it is unset.
+func envSeed(t *testing.T, name string) uint64 {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return uint64(time.Now().UnixNano())
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, v, err)
 	}
 	return n
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -52,22 +51,8 @@ func TestKillSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary; skipped with -short")
 	}
-	kills := soakKills
-	if v := os.Getenv("SWITCHBOARD_SOAK_KILLS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("SWITCHBOARD_SOAK_KILLS=%q: want a positive number", v)
-		}
-		kills = n
-	}
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("SWITCHBOARD_SOAK_SEED"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("SWITCHBOARD_SOAK_SEED=%q: %v", v, err)
-		}
-		seed = n
-	}
+	kills := envCount(t, "SWITCHBOARD_SOAK_KILLS", soakKills)
+	seed := envSeed(t, "SWITCHBOARD_SOAK_SEED")
 	t.Logf("kill soak: seed=%d kills=%d (replay: SWITCHBOARD_SOAK_SEED=%d)", seed, kills, seed)
 	rng := rand.New(rand.NewPCG(seed, seed>>1|1))
 	began := time.Now()
