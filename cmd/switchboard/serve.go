@@ -150,8 +150,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	if err != nil {
 		return err
 	}
-	adm.Handle("GET /mcp", rt)                                                                                             // main's MCP servers
-	gate := access.New(cfg.Access.WithChannels(cfg.Channels), cfg.DataDir, access.Options{Log: log, Shared: state.Access}) // data_dir/access.db or the cluster's bucket, read at each decision
+	adm.Handle("GET /mcp", rt) // main's MCP servers
+	// data_dir/access.db or the cluster's bucket, read at each decision
+	gate := access.New(cfg.Access.WithChannels(cfg.Channels), cfg.DataDir, access.Options{Log: log, Shared: state.Access})
 	mgr, err := agent.NewManager(cfg.Agent, rt.Main.Settings.Apply(agent.Options{Subjects: b.Subjects(), MaxTextBytes: cfg.Bus.MaxTextBytes,
 		ShutdownTimeout: cfg.ShutdownTimeout, Heartbeat: b.Heartbeat()}), // a third of the consumers' AckWait
 		agent.Deps{Source: b, Publisher: b, Store: store, Log: log, Observer: mx, Pairing: gate, Main: rt.Main, Agents: rt.Agents()})
