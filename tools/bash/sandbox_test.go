@@ -72,9 +72,12 @@ func runHelper(t *testing.T, sandbox, command string, env ...string) string {
 func TestSandboxHidesDaemonEnvironment(t *testing.T) {
 	needBwrap(t)
 	const secret = "sk-daemon-secret-0042"
-	attack := `echo "ppid=$PPID"; tr '\0' '\n' </proc/$PPID/environ; echo; tr '\0' '\n' </proc/1/environ; echo; ` +
-		`for f in /proc/[0-9]*/environ /proc/[0-9]*/task/*/environ; do tr '\0' '\n' <"$f"; done 2>/dev/null; ` +
-		`cat /proc/$PPID/cmdline /proc/1/cmdline; ls /proc | grep -E '^[0-9]+$' | tr '\n' ' '`
+	// Every process's environment first, the parent's and PID 1's last:
+	// unconfined on a busy machine the first part is long, and a result
+	// keeps only its last 50 KB.
+	attack := `for f in /proc/[0-9]*/environ /proc/[0-9]*/task/*/environ; do tr '\0' '\n' <"$f"; done 2>/dev/null; ` +
+		`cat /proc/$PPID/cmdline /proc/1/cmdline; echo; ls /proc | grep -E '^[0-9]+$' | tr '\n' ' '; echo; ` +
+		`echo "ppid=$PPID"; tr '\0' '\n' </proc/$PPID/environ; echo; tr '\0' '\n' </proc/1/environ; echo`
 	out := runHelper(t, SandboxNone, attack, "OPENAI_API_KEY="+secret)
 	if !strings.Contains(out, secret) {
 		t.Fatalf("unconfined, the probe did not find the key in the parent's environment; the test proves nothing:\n%s", out)
