@@ -11,7 +11,6 @@ import (
 
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
-	"github.com/switchboard-chat/switchboard/bus/natsbus"
 )
 
 // jsPub publishes through JetStream with the message id, as the daemon's
@@ -80,15 +79,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestRelayDurableAcrossRestart(t *testing.T) {
 	srv := bustest.StartServer(t)
 	nc := bustest.Connect(t, srv)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sc := range natsbus.StreamConfigs("chat") {
-		if _, err := js.CreateStream(t.Context(), sc); err != nil {
-			t.Fatal(err)
-		}
-	}
+	js := bustest.Streams(t, nc)
 	agents := []Agent{{Name: "main", Config: Config{To: telegram42}}} // no slots: relays only
 	run := func(pub Publisher) (stop func()) {
 		r := New(Options{DataDir: t.TempDir(), Publisher: pub, Conn: nc}, agents)

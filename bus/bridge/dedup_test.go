@@ -17,7 +17,6 @@ import (
 	"github.com/switchboard-chat/switchboard/bus/bridge"
 	"github.com/switchboard-chat/switchboard/bus/bridge/boltseen"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
-	"github.com/switchboard-chat/switchboard/bus/natsbus"
 )
 
 const dedupWait = 10 * time.Second
@@ -81,15 +80,7 @@ type dedupEnv struct {
 func newDedupEnv(t *testing.T) *dedupEnv {
 	t.Helper()
 	nc := bustest.Connect(t, bustest.StartServer(t))
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cfg := range natsbus.StreamConfigs("chat") {
-		if _, err := js.CreateStream(t.Context(), cfg); err != nil {
-			t.Fatal(err)
-		}
-	}
+	js := bustest.Streams(t, nc)
 	return &dedupEnv{nc: nc, js: js, subj: bus.Subjects{Prefix: "chat"}}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/bus/natsbus"
 )
 
 // StartServer starts a nats-server with JetStream on 127.0.0.1 and a random
@@ -71,6 +72,23 @@ func Connect(t testing.TB, s *server.Server) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// Streams creates the daemon's streams (natsbus.StreamConfigs, subject
+// prefix "chat") on nc's server, as a daemon would at start, and returns
+// the JetStream context.
+func Streams(t testing.TB, nc *nats.Conn) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range natsbus.StreamConfigs("chat") {
+		if _, err := js.CreateStream(t.Context(), cfg); err != nil {
+			t.Fatalf("create stream %s: %v", cfg.Name, err)
+		}
+	}
+	return js
 }
 
 // PublishInbound publishes in on its inbound subject through JetStream with

@@ -14,7 +14,6 @@ import (
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bridge"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
-	"github.com/switchboard-chat/switchboard/bus/natsbus"
 	"github.com/switchboard-chat/switchboard/channels/channeltest"
 )
 
@@ -27,15 +26,7 @@ func TestBridgeKitConformance(t *testing.T) {
 	channeltest.Run(t, func(t *testing.T) channeltest.Harness {
 		s := bustest.StartServer(t)
 		nc := bustest.Connect(t, s)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, cfg := range natsbus.StreamConfigs("chat") {
-			if _, err := js.CreateStream(t.Context(), cfg); err != nil {
-				t.Fatalf("create stream %s: %v", cfg.Name, err)
-			}
-		}
+		js := bustest.Streams(t, nc)
 		return &kitHarness{nc: nc, js: js, plat: &platform{changed: make(chan struct{}), sent: map[string][]string{}}}
 	})
 }

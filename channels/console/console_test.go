@@ -20,7 +20,6 @@ import (
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bridge"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
-	"github.com/switchboard-chat/switchboard/bus/natsbus"
 	"github.com/switchboard-chat/switchboard/channels/console"
 )
 
@@ -84,15 +83,7 @@ func setup(t *testing.T, maxText int) (*daemon, *bridge.Client) {
 	t.Helper()
 	s := bustest.StartServer(t)
 	nc := bustest.Connect(t, s)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cfg := range natsbus.StreamConfigs("chat") {
-		if _, err := js.CreateStream(t.Context(), cfg); err != nil {
-			t.Fatal(err)
-		}
-	}
+	js := bustest.Streams(t, nc)
 	d := &daemon{nc: nc, js: js, subj: bus.Subjects{Prefix: "chat"}, in: bustest.Collect(t, nc, "chat.in.console.>")}
 	br, err := console.Dial(t.Context(), s.ClientURL(), bridge.Credentials{}, bridge.Options{SubjectPrefix: "chat", MaxTextBytes: maxText})
 	if err != nil {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
-	"github.com/switchboard-chat/switchboard/bus/natsbus"
 	"github.com/switchboard-chat/switchboard/channels/channeltest"
 	"github.com/switchboard-chat/switchboard/internal/polltest"
 )
@@ -50,15 +49,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	s := bustest.StartServer(t)
 	nc := bustest.Connect(t, s)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cfg := range natsbus.StreamConfigs("chat") {
-		if _, err := js.CreateStream(t.Context(), cfg); err != nil {
-			t.Fatalf("create stream %s: %v", cfg.Name, err)
-		}
-	}
+	js := bustest.Streams(t, nc)
 	e := &env{nc: nc, js: js, subj: bus.Subjects{Prefix: "chat"}, state: filepath.Join(t.TempDir(), "openai.db"), logs: &syncBuffer{}}
 	e.agent = channeltest.NewAgent(t, e.nc, e.js, e.subj, Name, wait)
 	return e

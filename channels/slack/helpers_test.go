@@ -18,7 +18,6 @@ import (
 
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
-	"github.com/switchboard-chat/switchboard/bus/natsbus"
 )
 
 var update = flag.Bool("update", false, "update golden files")
@@ -83,15 +82,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	s := bustest.StartServer(t)
 	nc := bustest.Connect(t, s)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cfg := range natsbus.StreamConfigs("chat") {
-		if _, err := js.CreateStream(t.Context(), cfg); err != nil {
-			t.Fatalf("create stream %s: %v", cfg.Name, err)
-		}
-	}
+	js := bustest.Streams(t, nc)
 	dir := t.TempDir()
 	root, err := os.OpenRoot(dir)
 	if err != nil {

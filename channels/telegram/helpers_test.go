@@ -19,7 +19,6 @@ import (
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bridge"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
-	"github.com/switchboard-chat/switchboard/bus/natsbus"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -47,15 +46,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	s := bustest.StartServer(t)
 	nc := bustest.Connect(t, s)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cfg := range natsbus.StreamConfigs("chat") {
-		if _, err := js.CreateStream(t.Context(), cfg); err != nil {
-			t.Fatalf("create stream %s: %v", cfg.Name, err)
-		}
-	}
+	js := bustest.Streams(t, nc)
 	// The consumer the adapter's bridge client uses, created up front with
 	// the kit's settings but delivering from the start, so that outbound
 	// messages published before the adapter runs are not missed.

@@ -136,6 +136,32 @@ func operatorAuth(t testing.TB, cfg Config) nats.Option {
 	return nats.Token(token)
 }
 
+// operatorURL is the daemon's bus URL with the operator token of cfg's
+// data_dir in it, for verbs given --url.
+func (d *daemon) operatorURL(t testing.TB, cfg Config) string {
+	t.Helper()
+	token, err := natsbus.ReadOperatorToken(cfg.DataDir)
+	if err != nil {
+		t.Fatalf("operator credential of the test daemon: %v", err)
+	}
+	return "nats://" + token + "@" + strings.TrimPrefix(d.s.Bus.ClientURL(), "nats://")
+}
+
+// startDaemonYAML writes yaml as dir/config.yaml, loads it and starts the
+// daemon with it.
+func startDaemonYAML(t *testing.T, dir, yaml string) (*daemon, Config) {
+	t.Helper()
+	path := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startDaemon(t, cfg), cfg
+}
+
 func (d *daemon) subjects() bus.Subjects { return d.s.Bus.Subjects() }
 
 func (d *daemon) collectOut(t *testing.T, chat string) *bustest.Collector {

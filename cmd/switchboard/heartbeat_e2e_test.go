@@ -9,7 +9,6 @@ import (
 
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
-	"github.com/switchboard-chat/switchboard/bus/natsbus"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
@@ -47,23 +46,11 @@ agents:
   main:
     heartbeat: {to: {channel: console, chat_id: ops}}
 `
-	path := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, _, err := LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := startDaemon(t, cfg)
-	token, err := natsbus.ReadOperatorToken(cfg.DataDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "nats://" + token + "@" + strings.TrimPrefix(d.s.Bus.ClientURL(), "nats://")
+	d, cfg := startDaemonYAML(t, dir, yaml)
+	url := d.operatorURL(t, cfg)
 	out := bustest.Collect(t, d.nc, d.subjects().Out("console", "ops"))
 
-	code, stdout, stderr := runVerb(t, "heartbeat", "now", "main", "--config", path, "--url", url, "--wait", wait.String())
+	code, stdout, stderr := runVerb(t, "heartbeat", "now", "main", "--config", cfg.File, "--url", url, "--wait", wait.String())
 	if code != 0 || !strings.Contains(stdout, "sent to console/ops") {
 		t.Fatalf("heartbeat now: exit %d\n%s%s", code, stdout, stderr)
 	}
@@ -73,7 +60,7 @@ agents:
 	}
 	// HEARTBEAT_OK: nothing is sent (the verb returns once the daemon
 	// decided, after which nothing more is published for the turn).
-	code, stdout, stderr = runVerb(t, "heartbeat", "--config", path, "now", "main", "--url", url)
+	code, stdout, stderr = runVerb(t, "heartbeat", "--config", cfg.File, "now", "main", "--url", url)
 	if code != 0 || !strings.Contains(stdout, "nothing to say") {
 		t.Fatalf("heartbeat now (silent): exit %d\n%s%s", code, stdout, stderr)
 	}

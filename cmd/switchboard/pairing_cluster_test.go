@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/switchboard-chat/switchboard/access"
-	"github.com/switchboard-chat/switchboard/bus/natsbus"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
@@ -33,27 +32,15 @@ agent: {workspace: "` + filepath.Join(dir, "ws") + `"}
 channels:
   telegram: {token: "42:good", api_endpoint: "` + bot.srv.URL + `/bot%s/%s", poll_timeout: 1s, allow_users: ["8"]}
 `
-	path := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, _, err := LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := startDaemon(t, cfg)
-	token, err := natsbus.ReadOperatorToken(cfg.DataDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "nats://" + token + "@" + strings.TrimPrefix(d.s.Bus.ClientURL(), "nats://")
+	d, cfg := startDaemonYAML(t, dir, yaml)
+	url := d.operatorURL(t, cfg)
 
 	bot.say(ann, ann, "hello")
 	code := pairCode.FindStringSubmatch(bot.waitSent(t, ann, "pairing code is"))[1]
-	if c, out, errOut := runVerb(t, "pairing", "list", "--config", path, "--url", url); c != 0 || !strings.Contains(out, "telegram:7") {
+	if c, out, errOut := runVerb(t, "pairing", "list", "--config", cfg.File, "--url", url); c != 0 || !strings.Contains(out, "telegram:7") {
 		t.Fatalf("pairing list against the bus: exit %d\n%s%s", c, out, errOut)
 	}
-	if c, out, errOut := runVerb(t, "pairing", "approve", code, "--config", path, "--url", url); c != 0 || !strings.Contains(out, "Approved telegram:7") {
+	if c, out, errOut := runVerb(t, "pairing", "approve", code, "--config", cfg.File, "--url", url); c != 0 || !strings.Contains(out, "Approved telegram:7") {
 		t.Fatalf("pairing approve against the bus: exit %d\n%s%s", c, out, errOut)
 	}
 	bot.say(ann, ann, "approved now?")

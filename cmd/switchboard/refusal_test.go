@@ -13,7 +13,6 @@ import (
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bridge"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
-	"github.com/switchboard-chat/switchboard/bus/natsbus"
 )
 
 // TestE2ERefusedMessageAnswered (issue 21): a message stored in CHAT_IN
@@ -54,12 +53,8 @@ func TestE2EChatShowsRefusal(t *testing.T) {
 	cfg := testConfig(t, "http://127.0.0.1:1/v1")
 	cfg.Bus.MaxTextBytes = 1000
 	d := startDaemon(t, cfg)
-	token, err := natsbus.ReadOperatorToken(cfg.DataDir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	url := d.operatorURL(t, cfg)
 	t.Chdir(t.TempDir()) // no config.yaml: the client's own limit is the default 65536
-	url := strings.Replace(d.s.Bus.ClientURL(), "nats://", "nats://"+token+"@", 1)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	var out bytes.Buffer

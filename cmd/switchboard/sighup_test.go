@@ -132,15 +132,5 @@ bindings:
 	if got := send("x1", "h5"); got != "agent main model main-model" {
 		t.Errorf("x1 after a refused reload: %q, want main (no binding matches)", got)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-p.done:
-		if err != nil {
-			t.Fatalf("daemon exit after SIGTERM: %v", err)
-		}
-	case <-time.After(wait):
-		t.Fatal("daemon did not stop on SIGTERM")
-	}
+	stopProcess(t, p)
 }

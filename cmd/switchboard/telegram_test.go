@@ -16,11 +16,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
-	"github.com/switchboard-chat/switchboard/bus/natsbus"
 	"github.com/switchboard-chat/switchboard/channels/telegram"
 	"github.com/switchboard-chat/switchboard/workspace"
 )
@@ -131,15 +129,7 @@ func TestNewTelegramRunsAgainstTelegram(t *testing.T) {
 	srv := botAPI(t)
 	s := bustest.StartServer(t)
 	nc := bustest.Connect(t, s)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sc := range natsbus.StreamConfigs("chat") {
-		if _, err := js.CreateStream(t.Context(), sc); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bustest.Streams(t, nc)
 	ws, err := workspace.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
