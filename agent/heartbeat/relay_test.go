@@ -11,6 +11,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
+	"github.com/switchboard-chat/switchboard/internal/polltest"
 )
 
 // jsPub publishes through JetStream with the message id, as the daemon's
@@ -59,17 +60,11 @@ func relayed(t *testing.T, js jetstream.JetStream) []bus.Outbound {
 	return out
 }
 
-// waitFor polls cond until it holds or the deadline passes (beyond
-// relayAckWait: an answer whose Nak was lost is delivered again then).
+// waitFor waits until cond holds, at most beyond relayAckWait (an answer
+// whose Nak was lost is delivered again then).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(2 * relayAckWait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	polltest.Until(t, 2*relayAckWait, 20*time.Millisecond, cond, func() string { return "timed out waiting for " + what })
 }
 
 // TestRelayDurableAcrossRestart: an answer published while no runner
