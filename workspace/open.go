@@ -163,6 +163,11 @@ func (w *Workspace) PromptFiles() ([]PromptFile, error) {
 	var out []PromptFile
 	for _, name := range PromptFiles {
 		f, ok, err := w.promptFile(name)
+		// An editor saving by atomic replace swaps the file between the
+		// lookup and the open: look again (a few times, not forever).
+		for try := 1; errors.Is(err, ErrChanged) && try < promptFileTries; try++ {
+			f, ok, err = w.promptFile(name)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("workspace: prompt file %s: %w", name, err)
 		}
@@ -172,6 +177,10 @@ func (w *Workspace) PromptFiles() ([]PromptFile, error) {
 	}
 	return out, nil
 }
+
+// promptFileTries bounds the lookups of a prompt file replaced while it
+// is being opened.
+const promptFileTries = 5
 
 // promptFile returns the current version of name; w.mu is held.
 //
