@@ -1,12 +1,12 @@
 package natsbus
 
 import (
-	"bytes"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/switchboard-chat/switchboard/internal/syncbuf"
 )
 
 func TestStreamsFor(t *testing.T) {
@@ -108,26 +108,8 @@ func TestConfigValidateListenPort(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestServerLogRoutedToSlog(t *testing.T) {
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := DefaultConfig()
 	cfg.Listen = ""
@@ -147,7 +129,7 @@ func TestServerLogRoutedToSlog(t *testing.T) {
 	}
 
 	// At Info level the server's notices are filtered out.
-	var quiet syncBuffer
+	var quiet syncbuf.Buffer
 	serverLog{log: slog.New(slog.NewTextHandler(&quiet, nil))}.Noticef("hello %d", 1)
 	serverLog{log: slog.New(slog.NewTextHandler(&quiet, nil))}.Warnf("careful %d", 2)
 	if got := quiet.String(); strings.Contains(got, "hello") || !strings.Contains(got, "level=WARN msg=\"careful 2\"") {

@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
@@ -19,6 +18,7 @@ import (
 	"github.com/switchboard-chat/switchboard/bus/bustest"
 	"github.com/switchboard-chat/switchboard/channels/channeltest"
 	"github.com/switchboard-chat/switchboard/internal/polltest"
+	"github.com/switchboard-chat/switchboard/internal/syncbuf"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -40,7 +40,7 @@ type env struct {
 	subj  bus.Subjects
 	state string
 	agent *channeltest.Agent
-	logs  *syncBuffer
+	logs  *syncbuf.Buffer
 	// onStore, when set, is the started channels' store hook.
 	onStore func(*store)
 }
@@ -50,7 +50,7 @@ func newEnv(t *testing.T) *env {
 	s := bustest.StartServer(t)
 	nc := bustest.Connect(t, s)
 	js := bustest.Streams(t, nc)
-	e := &env{nc: nc, js: js, subj: bus.Subjects{Prefix: "chat"}, state: filepath.Join(t.TempDir(), "openai.db"), logs: &syncBuffer{}}
+	e := &env{nc: nc, js: js, subj: bus.Subjects{Prefix: "chat"}, state: filepath.Join(t.TempDir(), "openai.db"), logs: &syncbuf.Buffer{}}
 	e.agent = channeltest.NewAgent(t, e.nc, e.js, e.subj, Name, wait)
 	return e
 }
@@ -134,21 +134,3 @@ func (r *running) client(key string) *goopenai.Client {
 
 // reply is an outbound envelope answering in (channeltest.Reply).
 func reply(in bus.Inbound, kind, text string) bus.Outbound { return channeltest.Reply(in, kind, text) }
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers (the log).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}

@@ -76,14 +76,12 @@ func TestPollingPublishesDirectMessage(t *testing.T) {
 	}
 }
 
-// TestOffsetKillAndRestart stops the adapter in the middle of a batch and
-// starts a new one on the same state file: every update is published
-// exactly once, none is lost.
-func TestOffsetKillAndRestart(t *testing.T) {
-	e := newEnv(t)
+// addBatchWithStuckPhoto queues updates 10 to 14 from Ann, 12 a photo
+// whose download blocks until the returned release is called.
+func (e *env) addBatchWithStuckPhoto() (release func()) {
 	ann := user(7, "Ann", "ann")
 	e.bot.addFile("photo-12", []byte("jpeg bytes"))
-	release := e.bot.gate("photo-12")
+	release = e.bot.gate("photo-12")
 	for id := 10; id <= 14; id++ {
 		u := privateMsg(id, ann, fmt.Sprintf("message %d", id))
 		if id == 12 {
@@ -93,6 +91,15 @@ func TestOffsetKillAndRestart(t *testing.T) {
 		}
 		e.bot.addUpdate(id, u)
 	}
+	return release
+}
+
+// TestOffsetKillAndRestart stops the adapter in the middle of a batch and
+// starts a new one on the same state file: every update is published
+// exactly once, none is lost.
+func TestOffsetKillAndRestart(t *testing.T) {
+	e := newEnv(t)
+	release := e.addBatchWithStuckPhoto()
 
 	first := run(t, e.newAdapter(t, e.config(), Deps{}))
 	e.waitPublished(t, 2)

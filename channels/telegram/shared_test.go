@@ -1,7 +1,6 @@
 package telegram
 
 import (
-	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -33,18 +32,7 @@ func sharedState(t *testing.T, e *env) kvstate.Store {
 // nothing is processed twice and nothing skipped.
 func TestSharedOffsetTakenOverByAnotherInstance(t *testing.T) {
 	e := newEnv(t)
-	ann := user(7, "Ann", "ann")
-	e.bot.addFile("photo-12", []byte("jpeg bytes"))
-	release := e.bot.gate("photo-12")
-	for id := 10; id <= 14; id++ {
-		u := privateMsg(id, ann, fmt.Sprintf("message %d", id))
-		if id == 12 {
-			m := u["message"].(map[string]any)
-			delete(m, "text")
-			m["photo"] = []map[string]any{{"file_id": "photo-12", "file_unique_id": "u12", "width": 90, "height": 90, "file_size": 10}}
-		}
-		e.bot.addUpdate(id, u)
-	}
+	release := e.addBatchWithStuckPhoto()
 	a := run(t, e.newAdapter(t, e.config(), Deps{StatePath: filepath.Join(t.TempDir(), "telegram.db"), State: sharedState(t, e)}))
 	e.waitPublished(t, 2)
 	e.bot.waitN(t, "download", 1) // stuck in update 12

@@ -27,6 +27,7 @@ import (
 	"github.com/switchboard-chat/switchboard/bus/bustest"
 	"github.com/switchboard-chat/switchboard/channels/channeltest"
 	"github.com/switchboard-chat/switchboard/internal/polltest"
+	"github.com/switchboard-chat/switchboard/internal/syncbuf"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -43,7 +44,7 @@ type env struct {
 	state   string
 	pairDir string
 	agent   *channeltest.Agent
-	logs    *syncBuffer
+	logs    *syncbuf.Buffer
 	onStore func(*store)
 }
 
@@ -54,7 +55,7 @@ func newEnv(t *testing.T) *env {
 	js := bustest.Streams(t, nc)
 	dir := t.TempDir()
 	e := &env{nc: nc, js: js, subj: bus.Subjects{Prefix: "chat"}, state: filepath.Join(dir, "web.db"),
-		pairDir: PairDir(dir), logs: &syncBuffer{}}
+		pairDir: PairDir(dir), logs: &syncbuf.Buffer{}}
 	e.agent = channeltest.NewAgent(t, e.nc, e.js, e.subj, Name, wait)
 	return e
 }
@@ -280,21 +281,3 @@ func (s *sse) next(t *testing.T, event string, pred func(string) bool) string {
 
 // reply is an outbound envelope answering in (channeltest.Reply).
 func reply(in bus.Inbound, kind, text string) bus.Outbound { return channeltest.Reply(in, kind, text) }
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}

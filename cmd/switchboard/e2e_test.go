@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/internal/syncbuf"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/memory/boltstore"
@@ -637,7 +637,7 @@ func TestE2ESecretsNeverLogged(t *testing.T) {
 		llmtest.TextReply("ok"))
 	cfg := testConfig(t, model.URL())
 	cfg.LLM.APIKey = key
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan started, 1)
 	done := make(chan error, 1)
@@ -683,21 +683,4 @@ func TestE2ESecretsNeverLogged(t *testing.T) {
 			}
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
