@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/switchboard-chat/switchboard/internal/polltest"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -131,6 +133,12 @@ func TestAuthTestRetriesTransientFailures(t *testing.T) {
 		statuses = append(statuses, err)
 	}
 	r := e.start(a)
+	// Stopped only once healthy: stopping during the retries ends them.
+	polltest.Until(t, waitTimeout, 5*time.Millisecond, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(statuses) >= 3 && statuses[len(statuses)-1] == nil
+	}, func() string { return "the adapter did not become healthy after the retries" })
 	r.stop(t)
 	if got := e.naps.all(); len(got) != 2 || got[1] != 3*time.Second {
 		t.Errorf("waits = %v, want two, the second the Retry-After of 3s", got)
