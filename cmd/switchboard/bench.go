@@ -28,7 +28,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		cfg := scriptedConfig(s.Env)
 		cfg.Bus.Listen, cfg.Tools.Disabled = "127.0.0.1:0", s.DisabledTools
 		return serve(ctx, cfg, slog.New(slog.DiscardHandler), func(st started) {
-			ready(loadgen.Target{URL: st.Bus.ClientURL(), Subjects: st.Bus.Subjects()})
+			ready(loadgen.Target{URL: st.Bus.ClientURL(), Subjects: st.Bus.Subjects(), Metrics: st.Metrics.Gatherer()})
 		})
 	})
 }

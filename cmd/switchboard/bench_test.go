@@ -59,7 +59,7 @@ func benchTurns(b *testing.B, sessions int, filesOnly bool) {
 	d := benchDaemon(b, filesOnly)
 	b.ReportAllocs()
 	b.ResetTimer()
-	r, err := loadgen.Drive(b.Context(), d.nc, d.subjects(), loadgen.Options{Chats: sessions, Turns: b.N})
+	r, err := loadgen.Drive(b.Context(), d.nc, d.subjects(), loadgen.Options{Chats: sessions, Turns: b.N, Metrics: d.s.Metrics.Gatherer()})
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)
@@ -67,6 +67,9 @@ func benchTurns(b *testing.B, sessions int, filesOnly bool) {
 	b.ReportMetric(r.TurnsPerSecond, "turns/s")
 	b.ReportMetric(r.P50Ms, "p50_ms")
 	b.ReportMetric(r.P99Ms, "p99_ms")
+	b.ReportMetric(r.TurnMs, "turn_ms")
+	b.ReportMetric(r.ModelMs, "model_ms")
+	b.ReportMetric(r.CommitMs, "commit_ms")
 	b.ReportMetric(r.BytesPerTurn, "B/turn")
 	b.ReportMetric(r.AllocsPerTurn, "allocs/turn")
 	b.ReportMetric(float64(r.RSSBytes)/(1<<20), "rss_MB")

@@ -33,7 +33,8 @@ func benchRow(name string, compared bool) *regexp.Regexp {
 }
 
 var benchRows = []string{"turns", "seconds", "turns/s", "latency p50 (ms)", "latency p90 (ms)", "latency p99 (ms)",
-	"latency max (ms)", "rss before (MB)", "rss after (MB)", "allocated per turn (B)", "allocations per turn"}
+	"latency max (ms)", "latency mean (ms)", "turn in daemon (ms)", "model calls (ms)", "history commit (ms)", "before the turn (ms)",
+	"rss before (MB)", "rss after (MB)", "allocated per turn (B)", "allocations per turn"}
 
 // switchboard bench runs the daemon with the scripted model, prints every
 // figure, saves them with --json, and --compare prints the ratios to a
@@ -59,7 +60,8 @@ func TestBenchVerbReportAndCompare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Turns != 6 || r.Chats != 3 || r.Messages != 2 || r.Tools != "all" || r.TurnsPerSecond <= 0 || r.AllocsPerTurn <= 0 || r.RSSBytes <= 0 {
+	if r.Turns != 6 || r.Chats != 3 || r.Messages != 2 || r.Tools != "all" || r.TurnsPerSecond <= 0 || r.AllocsPerTurn <= 0 || r.RSSBytes <= 0 ||
+		r.MeanMs <= 0 || r.TurnMs <= 0 || r.ModelMs <= 0 || r.CommitMs <= 0 || r.TurnMs > r.MeanMs || r.ModelMs+r.CommitMs > r.TurnMs {
 		t.Fatalf("saved result %+v", r)
 	}
 

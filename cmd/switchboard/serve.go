@@ -63,8 +63,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 // started is told what serve built once the daemon is running (demo and
 // tests use it to reach the bus).
 type started struct {
-	Bus   *natsbus.Bus
-	Admin *admin.Server
+	Bus     *natsbus.Bus
+	Admin   *admin.Server
+	Metrics *metrics.Metrics
 }
 
 // serve runs the daemon until ctx is cancelled: admin server, workspace,
@@ -190,7 +191,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	log.Info("switchboard is running", "bus", b.Describe(), "admin", cfg.Admin.Listen,
 		"model", cfg.LLM.Model, "workspace", ws.Dir(), "startup", time.Since(t0).Round(time.Microsecond))
 	if onStart != nil {
-		onStart(started{Bus: b, Admin: adm})
+		onStart(started{Bus: b, Admin: adm, Metrics: mx})
 	}
 	werr := g.Wait()
 	log.Info("switchboard stopped")

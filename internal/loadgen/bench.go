@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/switchboard-chat/switchboard/bus"
@@ -99,6 +100,7 @@ type Setup struct {
 type Target struct {
 	URL      string
 	Subjects bus.Subjects
+	Metrics  prometheus.Gatherer // the daemon's metrics; nil: the result has no phases
 }
 
 // Daemon runs the daemon configured from s until ctx ends, and calls
@@ -177,7 +179,9 @@ func (b Bench) drive(ctx context.Context, s Setup, daemon Daemon) (Result, error
 			return fmt.Errorf("loadgen: connect %s: %w", t.URL, err)
 		}
 		defer nc.Close()
-		r, err = Drive(gctx, nc, t.Subjects, b.Load)
+		load := b.Load
+		load.Metrics = t.Metrics
+		r, err = Drive(gctx, nc, t.Subjects, load)
 		return err
 	})
 	if err := g.Wait(); err != nil {

@@ -40,6 +40,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/procfs"
 	"golang.org/x/sync/errgroup"
 
@@ -72,6 +73,9 @@ type Options struct {
 	Timeout time.Duration
 	// Channel is the channel of the messages; "" is DefaultChannel.
 	Channel string
+	// Metrics, when set, is the daemon's metrics registry: the result then
+	// says where the time went (phases.go).
+	Metrics prometheus.Gatherer
 }
 
 // Validate reports the first option that cannot be run, naming its flag.
@@ -141,6 +145,12 @@ func Drive(ctx context.Context, nc *nats.Conn, subj bus.Subjects, o Options) (Re
 		return Result{}, fmt.Errorf("loadgen: subscribe %s: %w", subj.OutAll(), err)
 	}
 
+	var sumsBefore, sumsAfter histSums
+	if o.Metrics != nil {
+		if sumsBefore, err = gatherSums(o.Metrics); err != nil {
+			return Result{}, err
+		}
+	}
 	rssBefore, _ := RSS(0)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
@@ -181,6 +191,19 @@ func Drive(ctx context.Context, nc *nats.Conn, subj bus.Subjects, o Options) (Re
 	}
 	if o.Turns > 0 {
 		r.Messages = 0
+	}
+	var total time.Duration
+	for _, l := range lat {
+		total += l
+	}
+	if n > 0 {
+		r.MeanMs = float64(total.Microseconds()) / 1000 / n
+	}
+	if o.Metrics != nil {
+		if sumsAfter, err = gatherSums(o.Metrics); err != nil {
+			return Result{}, err
+		}
+		r.setPhases(sumsBefore, sumsAfter)
 	}
 	return r, nil
 }

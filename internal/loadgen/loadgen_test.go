@@ -167,6 +167,7 @@ func TestPrintGolden(t *testing.T) {
 	base := sampleResult()
 	now := base
 	now.TurnsPerSecond, now.P50Ms, now.AllocsPerTurn, now.Rate, now.Tools = 1608, 589, 863, 900, "files"
+	now.MeanMs, now.TurnMs, now.ModelMs, now.CommitMs = 612.5, 2.25, 0.75, 0.5
 	for _, tc := range []struct {
 		name string
 		base *Result

@@ -34,6 +34,14 @@ type Result struct {
 	RSSBytes       int64   `json:"rss_bytes"`
 	BytesPerTurn   float64 `json:"bytes_per_turn"`
 	AllocsPerTurn  float64 `json:"allocs_per_turn"`
+	// Where the time went (phases.go), in milliseconds per turn: the mean
+	// latency the client saw, and of it the daemon's turn, the model
+	// requests in it and the history commit. Zero when the daemon's
+	// metrics were not readable (Target.Metrics nil).
+	MeanMs   float64 `json:"mean_ms"`
+	TurnMs   float64 `json:"turn_ms,omitempty"`
+	ModelMs  float64 `json:"model_ms,omitempty"`
+	CommitMs float64 `json:"commit_ms,omitempty"`
 	// Where it ran.
 	GoVersion  string `json:"go_version"`
 	GOMAXPROCS int    `json:"gomaxprocs"`
@@ -98,24 +106,30 @@ type row struct {
 	name   string
 	format string
 	value  func(Result) float64
+	phase  bool // a part of the mean, shown when the daemon's metrics were read
 }
 
 // nameWidth pads the names, so that they stay left-aligned in a table
 // whose figures align right.
-const nameWidth = 22
+const nameWidth = 24
 
 var rows = []row{
-	{"turns", "%.0f", func(r Result) float64 { return float64(r.Turns) }},
-	{"seconds", "%.3f", func(r Result) float64 { return r.Seconds }},
-	{"turns/s", "%.1f", func(r Result) float64 { return r.TurnsPerSecond }},
-	{"latency p50 (ms)", "%.2f", func(r Result) float64 { return r.P50Ms }},
-	{"latency p90 (ms)", "%.2f", func(r Result) float64 { return r.P90Ms }},
-	{"latency p99 (ms)", "%.2f", func(r Result) float64 { return r.P99Ms }},
-	{"latency max (ms)", "%.2f", func(r Result) float64 { return r.MaxMs }},
-	{"rss before (MB)", "%.1f", func(r Result) float64 { return float64(r.RSSBeforeBytes) / (1 << 20) }},
-	{"rss after (MB)", "%.1f", func(r Result) float64 { return float64(r.RSSBytes) / (1 << 20) }},
-	{"allocated per turn (B)", "%.0f", func(r Result) float64 { return r.BytesPerTurn }},
-	{"allocations per turn", "%.0f", func(r Result) float64 { return r.AllocsPerTurn }},
+	{"turns", "%.0f", func(r Result) float64 { return float64(r.Turns) }, false},
+	{"seconds", "%.3f", func(r Result) float64 { return r.Seconds }, false},
+	{"turns/s", "%.1f", func(r Result) float64 { return r.TurnsPerSecond }, false},
+	{"latency p50 (ms)", "%.2f", func(r Result) float64 { return r.P50Ms }, false},
+	{"latency p90 (ms)", "%.2f", func(r Result) float64 { return r.P90Ms }, false},
+	{"latency p99 (ms)", "%.2f", func(r Result) float64 { return r.P99Ms }, false},
+	{"latency max (ms)", "%.2f", func(r Result) float64 { return r.MaxMs }, false},
+	{"latency mean (ms)", "%.2f", func(r Result) float64 { return r.MeanMs }, false},
+	{"  turn in daemon (ms)", "%.2f", func(r Result) float64 { return r.TurnMs }, true},
+	{"    model calls (ms)", "%.2f", func(r Result) float64 { return r.ModelMs }, true},
+	{"    history commit (ms)", "%.2f", func(r Result) float64 { return r.CommitMs }, true},
+	{"  before the turn (ms)", "%.2f", func(r Result) float64 { return max(r.MeanMs-r.TurnMs, 0) }, true},
+	{"rss before (MB)", "%.1f", func(r Result) float64 { return float64(r.RSSBeforeBytes) / (1 << 20) }, false},
+	{"rss after (MB)", "%.1f", func(r Result) float64 { return float64(r.RSSBytes) / (1 << 20) }, false},
+	{"allocated per turn (B)", "%.0f", func(r Result) float64 { return r.BytesPerTurn }, false},
+	{"allocations per turn", "%.0f", func(r Result) float64 { return r.AllocsPerTurn }, false},
 }
 
 // Print writes r as a table. With base (the result saved in baseName) it
@@ -132,6 +146,9 @@ func Print(w io.Writer, r Result, base *Result, baseName string) error {
 		fmt.Fprintf(tw, "%-*s\tnow\tbefore\tratio\t\n", nameWidth, "")
 	}
 	for _, row := range rows {
+		if row.phase && r.TurnMs == 0 {
+			continue
+		}
 		fmt.Fprintf(tw, "%-*s\t"+row.format+"\t", nameWidth, row.name, row.value(r))
 		if base != nil {
 			fmt.Fprintf(tw, row.format+"\t%s\t", row.value(*base), ratio(row.value(r), row.value(*base)))
