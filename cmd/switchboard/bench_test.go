@@ -1,10 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -32,14 +38,18 @@ import (
 // p99 of one session; with 5000x, the allocations per turn of a long
 // chat). The tools=files variants offer only the four file tools of the
 // foundation issue (smaller requests); the others the whole default tool set.
+//
+// The model=apart variants serve the same scripted model from another
+// process (cmd/fakellm --mode echo): the allocations per turn are then
+// Switchboard's (and the small load client's) alone, and the model's CPU
+// is another process's on the same two cores.
 func BenchmarkTurns(b *testing.B) {
 	for _, sessions := range []int{1, 1000} {
-		for _, filesOnly := range []bool{false, true} {
-			name := fmt.Sprintf("sessions=%d", sessions)
-			if filesOnly {
-				name += "/tools=files"
-			}
-			b.Run(name, func(b *testing.B) { benchTurns(b, sessions, filesOnly) })
+		for _, v := range []struct {
+			name             string
+			filesOnly, apart bool
+		}{{"", false, false}, {"/tools=files", true, false}, {"/model=apart", false, true}} {
+			b.Run(fmt.Sprintf("sessions=%d%s", sessions, v.name), func(b *testing.B) { benchTurns(b, sessions, v.filesOnly, v.apart) })
 		}
 	}
 }
@@ -48,15 +58,24 @@ func BenchmarkTurns(b *testing.B) {
 // model, durable history, the whole tool set or the file tools only.
 func benchDaemon(b *testing.B, filesOnly bool) *daemon {
 	model := llmtest.NewServer(b, llmtest.WithResponder(llmtest.EchoResponder), llmtest.WithRecordLimit(0))
-	cfg := testConfig(b, model.URL())
+	return benchDaemonWith(b, model.URL(), filesOnly)
+}
+
+func benchDaemonWith(b *testing.B, modelURL string, filesOnly bool) *daemon {
+	cfg := testConfig(b, modelURL)
 	if filesOnly {
 		cfg.Tools.Disabled = loadgen.FileToolsOnly
 	}
 	return startDaemon(b, cfg)
 }
 
-func benchTurns(b *testing.B, sessions int, filesOnly bool) {
-	d := benchDaemon(b, filesOnly)
+func benchTurns(b *testing.B, sessions int, filesOnly, apart bool) {
+	var d *daemon
+	if apart {
+		d = benchDaemonWith(b, startFakeLLM(b), filesOnly)
+	} else {
+		d = benchDaemon(b, filesOnly)
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	r, err := loadgen.Drive(b.Context(), d.nc, d.subjects(), loadgen.Options{Chats: sessions, Turns: b.N, Metrics: d.s.Metrics.Gatherer()})
@@ -102,6 +121,70 @@ func BenchmarkSessionMemory(b *testing.B) {
 	b.ReportMetric(float64(r.RSSBytes-rssBefore)/1024/float64(b.N), "rss_KB/session")
 	b.ReportMetric(float64(int64(heapAfter)-int64(heapBefore))/1024/float64(b.N), "heap_KB/session")
 	b.ReportMetric(float64(r.RSSBytes)/(1<<20), "rss_MB")
+}
+
+// fakellm is cmd/fakellm, built once per test binary.
+var fakellm struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// startFakeLLM runs cmd/fakellm --mode echo on a free loopback port until
+// the benchmark ends and returns its base URL.
+func startFakeLLM(b *testing.B) string {
+	fakellm.once.Do(func() {
+		dir, err := os.MkdirTemp("", "switchboard-fakellm-")
+		if err != nil {
+			fakellm.err = err
+			return
+		}
+		fakellm.path = filepath.Join(dir, "fakellm")
+		if out, err := exec.Command("go", "build", "-o", fakellm.path, "../fakellm").CombinedOutput(); err != nil {
+			fakellm.err = fmt.Errorf("go build ../fakellm: %v\n%s", err, out)
+		}
+	})
+	if fakellm.err != nil {
+		b.Fatal(fakellm.err)
+	}
+	banner := make(chan string, 1)
+	cmd := exec.Command(fakellm.path, "--mode", "echo", "--listen", "127.0.0.1:0")
+	cmd.Stdout = &firstLine{line: banner}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	select {
+	case line := <-banner: // "fakellm: OpenAI-compatible scripted model on http://ADDR/v1 (mode echo)"
+		url := regexp.MustCompile(`http://\S+/v1`).FindString(line)
+		if url == "" {
+			b.Fatalf("fakellm did not say where it listens: %q", line)
+		}
+		return url
+	case <-time.After(wait):
+		b.Fatal("fakellm did not start")
+		return ""
+	}
+}
+
+// firstLine sends the first line written to it on line and drops the rest.
+type firstLine struct {
+	buf  []byte
+	line chan<- string
+}
+
+func (w *firstLine) Write(p []byte) (int, error) {
+	if w.line != nil {
+		w.buf = append(w.buf, p...)
+		if i := bytes.IndexByte(w.buf, '\n'); i >= 0 {
+			w.line <- string(w.buf[:i])
+			w.line, w.buf = nil, nil
+		}
+	}
+	return len(p), nil
 }
 
 // liveHeap is the heap in use after a full collection.
