@@ -160,7 +160,7 @@ func (s *Shell) probe() error {
 }
 
 // Tool returns the bash tool.
-func (s *Shell) Tool() tools.Tool { return &bashTool{s: s} }
+func (s *Shell) Tool() tools.Tool { return &bashTool{s: s, desc: s.description()} }
 
 // Run blocks until ctx is cancelled, then kills every background job,
 // waits for them and returns nil; no job starts afterwards. Call it once,
@@ -210,12 +210,18 @@ func (s *Shell) env() []string {
 	return append(env, "HOME="+s.dir, "TMPDIR=/tmp")
 }
 
-type bashTool struct{ s *Shell }
+type bashTool struct {
+	s    *Shell
+	desc string
+}
 
 func (*bashTool) Name() string { return "bash" }
 
-func (t *bashTool) Description() string {
-	c := t.s.cfg
+// Description is built once, with the tool: it is asked for every turn.
+func (t *bashTool) Description() string { return t.desc }
+
+func (s *Shell) description() string {
+	c := s.cfg
 	d := fmt.Sprintf("Run a shell command (bash -c) with the workspace as working directory. Foreground commands time out after %s by default "+
 		"(timeout: up to %d seconds); the last 50 KB of stdout and stderr are returned with the exit code. ",
 		c.Timeout, int(c.MaxTimeout/time.Second))
@@ -224,7 +230,7 @@ func (t *bashTool) Description() string {
 			"or with job_id and kill: true to stop it. At most %d jobs; a job is killed after %s. ", c.MaxJobs, c.JobTimeout)
 	}
 	d += "No input can be typed into commands. Only some users may run commands."
-	if t.s.sandbox != nil {
+	if s.sandbox != nil {
 		d += " Commands run in a sandbox: only the workspace is visible and writable (other users' private folders are not), and files outside it are not visible."
 	}
 	return d

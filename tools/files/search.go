@@ -45,12 +45,13 @@ func NewSearch(ws *workspace.Workspace, cfg tools.SearchFilesConfig, opts ...Opt
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = tools.DefaultConfig().SearchFiles.Timeout
 	}
-	return &searchFiles{guarded: newGuarded(ws, opts), cfg: cfg}
+	return &searchFiles{guarded: newGuarded(ws, opts), cfg: cfg, desc: searchDescription(cfg)}
 }
 
 type searchFiles struct {
 	guarded
-	cfg tools.SearchFilesConfig
+	cfg  tools.SearchFilesConfig
+	desc string
 	// listed, when set (tests), is called after a folder was listed and
 	// before its entries are opened.
 	listed func(rel string)
@@ -58,11 +59,14 @@ type searchFiles struct {
 
 func (*searchFiles) Name() string { return "search_files" }
 
-func (t *searchFiles) Description() string {
+// Description is built once, with the tool: it is asked for every turn.
+func (t *searchFiles) Description() string { return t.desc }
+
+func searchDescription(cfg tools.SearchFilesConfig) string {
 	return "Search the workspace: with pattern, find lines whose text matches a regular expression (RE2 syntax) and return them as path:line: text; " +
 		"with only glob, list the files whose path matches (e.g. *.md, notes/**/*.txt). Both together search only the matching files. " +
 		fmt.Sprintf("At most %d results per call (default %d); files over %d bytes, binary files, .git and node_modules are skipped.",
-			t.cfg.MaxResults, min(DefaultSearchResults, t.cfg.MaxResults), t.cfg.MaxFileBytes)
+			cfg.MaxResults, min(DefaultSearchResults, cfg.MaxResults), cfg.MaxFileBytes)
 }
 
 // searchFilesSchema is searchFiles's argument schema, built once (Schema hands out the

@@ -53,7 +53,7 @@ func WithGuard(g tools.PathGuard) Option { return func(t *sendTool) { t.guard = 
 // New returns the send_message tool publishing through pub on the
 // subjects of subj, recording and checking chat ownership in chats.
 func New(ws *workspace.Workspace, chats *Chats, pub tools.Publisher, subj bus.Subjects, cfg tools.SendMessageConfig, opts ...Option) tools.Tool {
-	t := &sendTool{ws: ws, chats: chats, pub: pub, subj: subj, cfg: cfg}
+	t := &sendTool{ws: ws, chats: chats, pub: pub, subj: subj, cfg: cfg, desc: sendDescription(cfg)}
 	for _, o := range opts {
 		o(t)
 	}
@@ -67,16 +67,20 @@ type sendTool struct {
 	subj  bus.Subjects
 	cfg   tools.SendMessageConfig
 	guard tools.PathGuard
+	desc  string
 }
 
 func (*sendTool) Name() string { return "send_message" }
 
-func (t *sendTool) Description() string {
+// Description is built once, with the tool: it is asked for every turn.
+func (t *sendTool) Description() string { return t.desc }
+
+func sendDescription(cfg tools.SendMessageConfig) string {
 	d := "Send a separate message now: text, a file from the workspace, or both. By default it goes to the current chat; " +
 		"with channel and chat_id it goes to another of the user's own private chats (list_chats: true shows which). " +
 		"Do not use it to answer the current message — your reply is delivered anyway; use it to send files, or to reach the user elsewhere."
-	if t.cfg.MaxFileBytes > 0 {
-		d += fmt.Sprintf(" Files up to %d bytes.", t.cfg.MaxFileBytes)
+	if cfg.MaxFileBytes > 0 {
+		d += fmt.Sprintf(" Files up to %d bytes.", cfg.MaxFileBytes)
 	}
 	return d
 }

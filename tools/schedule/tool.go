@@ -12,19 +12,25 @@ import (
 )
 
 // Tool returns the schedule tool.
-func (s *Scheduler) Tool() tools.Tool { return &scheduleTool{s: s} }
+func (s *Scheduler) Tool() tools.Tool { return &scheduleTool{s: s, desc: s.description()} }
 
-type scheduleTool struct{ s *Scheduler }
+type scheduleTool struct {
+	s    *Scheduler
+	desc string
+}
 
 func (*scheduleTool) Name() string { return "schedule" }
 
-func (t *scheduleTool) Description() string {
+// Description is built once, with the tool: it is asked for every turn.
+func (t *scheduleTool) Description() string { return t.desc }
+
+func (s *Scheduler) description() string {
 	return "Create, list or delete scheduled tasks of this user. A task runs the prompt as a message from the user in this chat when it is due: " +
 		"once (at: a time such as 2026-03-01 09:00, an RFC 3339 time, or a delay such as \"in 20m\"), repeatedly (every: 30m, 2h, 24h), " +
 		"or on a cron expression (cron: \"0 9 * * 1-5\" = 9:00 on weekdays). Write the prompt as an instruction to yourself, " +
 		"e.g. \"Remind the user to call Ann\" or \"Check the weather in Paris and report it\". " +
 		fmt.Sprintf("Times without an offset and cron expressions use the timezone argument (IANA name), else %s. At most %d tasks per user; repeats at least %s apart.",
-			t.s.loc, t.s.cfg.MaxPerUser, t.s.cfg.MinInterval)
+			s.loc, s.cfg.MaxPerUser, s.cfg.MinInterval)
 }
 
 // scheduleToolSchema is scheduleTool's argument schema, built once (Schema hands out the

@@ -247,3 +247,25 @@ func (n *namedTool) ParallelSafe() bool      { return true }
 func (n *namedTool) Run(context.Context, tools.Call) (tools.Result, error) {
 	return tools.Result{Text: "ok"}, nil
 }
+
+// A turn asks every tool for its name, description and schema (the
+// prompt's tool list, the request's tool set): none of them is built
+// again per call. Bash is on here, so that its description is covered.
+func TestToolFactsCostNothingPerCall(t *testing.T) {
+	cfg, ws := toolsTestSetup(t)
+	cfg.Tools.Bash.Enabled, cfg.Tools.Bash.Sandbox = true, "none"
+	built, err := toolset.Open(cfg, ws, &recordingPublisher{}, nil, toolset.Privacy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runTools(t, built)
+	list := built.Toolbox.List()
+	if !slices.ContainsFunc(list, func(tl tools.Tool) bool { return tl.Name() == "bash" }) {
+		t.Fatalf("bash is not in %v", built.Toolbox.Names())
+	}
+	for _, tl := range list {
+		if n := testing.AllocsPerRun(50, func() { _, _, _ = tl.Name(), tl.Description(), tl.Schema() }); n != 0 {
+			t.Errorf("%s: %v allocations per Name, Description and Schema", tl.Name(), n)
+		}
+	}
+}
