@@ -29,6 +29,10 @@ type Toolbox struct {
 	base     *Registry
 	sources  []Source
 	disabled []string
+	// offered is base's model tools less the disabled ones, worked out
+	// once: the registry does not change, and List is called several
+	// times a turn.
+	offered []Tool
 
 	mu       sync.Mutex
 	reported map[string]bool // rejected source tools already logged
@@ -56,12 +60,18 @@ func NewToolbox(base *Registry, disabled []string, sources ...Source) (*Toolbox,
 			return nil, fmt.Errorf("tools: new toolbox: source %d is nil", i)
 		}
 	}
-	return &Toolbox{
+	b := &Toolbox{
 		base:     base,
 		sources:  slices.Clone(sources),
 		disabled: slices.Clone(disabled),
 		reported: make(map[string]bool),
-	}, nil
+	}
+	for _, t := range base.List() {
+		if !b.Disabled(t.Name()) {
+			b.offered = append(b.offered, t)
+		}
+	}
+	return b, nil
 }
 
 // Disabled reports whether name matches one of the disabled patterns.
@@ -78,19 +88,11 @@ func (b *Toolbox) Disabled(name string) bool {
 // registration order, then each source's in its order. The slice is the
 // caller's.
 func (b *Toolbox) List() []Tool {
-	var out []Tool
-	for _, t := range b.base.List() {
-		if !b.Disabled(t.Name()) {
-			out = append(out, t)
-		}
-	}
-	seen := make(map[string]bool, len(out))
-	for _, t := range b.base.tools {
-		seen[t.Name()] = true
-	}
+	out := slices.Clone(b.offered)
+	var seen map[string]bool // the source tools' names so far
 	for _, s := range b.sources {
 		for _, t := range s.Tools() {
-			if b.accept(t, seen) {
+			if b.accept(t, &seen) {
 				out = append(out, t)
 			}
 		}
@@ -99,8 +101,8 @@ func (b *Toolbox) List() []Tool {
 }
 
 // accept reports whether the source tool t joins the list; seen holds the
-// names taken so far and gains t's.
-func (b *Toolbox) accept(t Tool, seen map[string]bool) bool {
+// source tools' names taken so far (made on first use) and gains t's.
+func (b *Toolbox) accept(t Tool, seen *map[string]bool) bool {
 	if err := ValidateTool(t); err != nil {
 		key := "invalid:nil"
 		if t != nil {
@@ -110,11 +112,14 @@ func (b *Toolbox) accept(t Tool, seen map[string]bool) bool {
 		return false
 	}
 	name := t.Name()
-	if seen[name] {
+	if _, builtin := b.base.byName[name]; builtin || (*seen)[name] {
 		b.reject("dup:"+name, "source tool rejected: a tool with this name already exists", "tool", name)
 		return false
 	}
-	seen[name] = true
+	if *seen == nil {
+		*seen = make(map[string]bool)
+	}
+	(*seen)[name] = true
 	return StageOf(t) == StageModel && !b.Disabled(name)
 }
 

@@ -269,3 +269,17 @@ func TestToolFactsCostNothingPerCall(t *testing.T) {
 		}
 	}
 }
+
+// The tool list of a turn costs one allocation (the caller's slice) when
+// no MCP server offers tools.
+func TestToolListCostsOneAllocation(t *testing.T) {
+	cfg, ws := toolsTestSetup(t)
+	built, err := toolset.Open(cfg, ws, &recordingPublisher{}, nil, toolset.Privacy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runTools(t, built)
+	if n := testing.AllocsPerRun(50, func() { _ = built.Toolbox.List() }); n > 1 {
+		t.Errorf("List: %v allocations, want 1", n)
+	}
+}
