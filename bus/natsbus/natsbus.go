@@ -379,10 +379,16 @@ func (b *Bus) Publish(ctx context.Context, subject string, data []byte, msgID st
 
 // PublishCore publishes data on subject with core NATS: no acknowledgement,
 // no de-duplication, at most once (used for deltas, typing and events). It
-// does not block on the network.
+// does not block on the network. On the embedded server, a subject that
+// nothing receives at the moment — no subscription of any client, bridge
+// (through its account's import) or stream — is not sent at all: a turn's
+// events cost nothing while no console, bridge or tail follows them.
 func (b *Bus) PublishCore(subject string, data []byte) error {
 	if b.closed.Load() {
 		return fmt.Errorf("natsbus: publish %s: %w", subject, ErrClosed)
+	}
+	if b.ns != nil && !b.ns.GlobalAccount().SubscriptionInterest(subject) {
+		return nil
 	}
 	if err := b.nc.Publish(subject, data); err != nil {
 		return fmt.Errorf("natsbus: publish %s: %w", subject, err)
