@@ -174,16 +174,42 @@ func TestPromptBuildDoesNotCopyTheHead(t *testing.T) {
 	}
 }
 
-// BenchmarkBuildPrompt is one turn's prompt with an unchanged head.
+// BenchmarkBuildPrompt is one turn's prompt over a real workspace (its
+// files stamped every turn) with eleven tools, and its token estimate:
+// "whole" as it was built before the split (refBuildPrompt), "shared"
+// with the head unchanged.
+//
+//	go test ./agent -run '^$' -bench BuildPrompt -benchmem
 func BenchmarkBuildPrompt(b *testing.B) {
-	ws := staticPrompts{dir: "/srv/ws", files: []workspace.PromptFile{{Name: "AGENT.md", Content: strings.Repeat("You are a careful assistant. ", 400)}}}
-	tl := []tools.Tool{&fakeTool{name: "read_file"}, &fakeTool{name: "write_file"}}
-	f := turnFacts{Now: time.Now(), Model: "m", Channel: "console", Speaker: "Ann"}
-	heads := &promptHeads{}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := buildPrompt(heads, ws, tl, "", "", nil, f); err != nil {
-			b.Fatal(err)
-		}
+	ws, err := workspace.Open(b.TempDir(), nil)
+	if err != nil {
+		b.Fatal(err)
 	}
+	defer ws.Close()
+	var tl []tools.Tool
+	for _, name := range []string{"read_file", "write_file", "edit_file", "list_dir", "search_files", "bash", "web_fetch", "memory_write", "memory_search", "message", "schedule"} {
+		tl = append(tl, &descTool{fakeTool{name: name}, "Does " + name + " for the model, carefully, within the workspace.\nDetails."})
+	}
+	f := turnFacts{Now: time.Now(), Model: "m", Channel: "console", Speaker: "Ann"}
+	b.Run("whole", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p, err := refBuildPrompt(ws, tl, "", "", nil, f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = loop.TextTokens(p)
+		}
+	})
+	b.Run("shared", func(b *testing.B) {
+		heads := &promptHeads{}
+		b.ReportAllocs()
+		for b.Loop() {
+			p, err := buildPrompt(heads, ws, tl, "", "", nil, f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = p.tokens()
+		}
+	})
 }

@@ -14,7 +14,13 @@ import (
 // a shared head and a per-turn tail (the whole prompt built every turn),
 // kept verbatim as the reference the split prompt must equal.
 func refBuildPrompt(ws PromptFiles, toolList []tools.Tool, summary, skills string, mem *memory.View, f turnFacts) (string, error) {
-	b := new(bytes.Buffer)
+	b := promptBuffers.Get().(*bytes.Buffer)
+	defer func() {
+		if b.Cap() <= maxPooledPrompt {
+			b.Reset()
+			promptBuffers.Put(b)
+		}
+	}()
 	b.WriteString("You are Switchboard, an assistant people reach through chat apps. Your persona, the user and the rules are described below.\n\n")
 	refWriteTools(b, toolList)
 	if skills = strings.TrimSpace(skills); skills != "" {
