@@ -149,6 +149,7 @@ type sessionEnv struct {
 	courier *courier
 	stats   *turnStats
 	log     *slog.Logger
+	heads   *promptHeads // the shared heads of the agent's system prompts; nil in the manager's base env
 }
 
 // turnStats count turns for the logs and /status. Safe for concurrent use.

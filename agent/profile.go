@@ -89,8 +89,9 @@ func profileEnv(base *sessionEnv, p Profile) *sessionEnv {
 	cfg.MaxConcurrentTurns, cfg.Partitions, cfg.SessionIdle = base.cfg.MaxConcurrentTurns, base.cfg.Partitions, base.cfg.SessionIdle
 	opt := p.Settings.Apply(base.opt).withDefaults()
 	return &sessionEnv{agent: p.Name, cfg: cfg, opt: opt, deps: base.deps, prof: p, courier: base.courier, stats: base.stats,
-		log:  base.log.With("agent", p.Name),
-		exec: loop.New(p.Model, p.Tools, loopOptions(cfg, opt, base.deps.Observer), base.log)}
+		log:   base.log.With("agent", p.Name),
+		exec:  loop.New(p.Model, p.Tools, loopOptions(cfg, opt, base.deps.Observer), base.log),
+		heads: &promptHeads{}}
 }
 
 // newAgents checks the profiles and returns the set of every agent, main

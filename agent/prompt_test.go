@@ -31,7 +31,7 @@ func TestBuildPromptGolden(t *testing.T) {
 	}}
 	tl := []tools.Tool{&fakeTool{name: "read_file"}, &fakeTool{name: "list_dir"}}
 	now := time.Date(2026, 11, 30, 9, 5, 0, 0, time.FixedZone("CET", 3600))
-	got, err := buildPrompt(ws, tl, "", "", nil, turnFacts{Now: now, Model: "gpt-x", Channel: "telegram", IsGroup: true, Speaker: SpeakerLabel("telegram", "42", "Ann")})
+	got, err := promptText(nil, ws, tl, "", "", nil, turnFacts{Now: now, Model: "gpt-x", Channel: "telegram", IsGroup: true, Speaker: SpeakerLabel("telegram", "42", "Ann")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestBuildPromptWithMemorySkillsAndSummary(t *testing.T) {
 		Rules:    "## Memory\n\nUse memory_search before answering about the past.",
 	}
 	now := time.Date(2026, 11, 30, 9, 5, 0, 0, time.UTC)
-	got, err := buildPrompt(ws, nil, "- earlier: Ann asked about taxes", "## Skills\n\n- pdf: read PDFs (skills/pdf/SKILL.md)", mem,
+	got, err := promptText(nil, ws, nil, "- earlier: Ann asked about taxes", "## Skills\n\n- pdf: read PDFs (skills/pdf/SKILL.md)", mem,
 		turnFacts{Now: now, Model: "m", Channel: "slack", Speaker: SpeakerLabel("slack", "U1", "Ann")})
 	if err != nil {
 		t.Fatal(err)
@@ -97,16 +97,20 @@ func TestBuildPromptFollowsEdits(t *testing.T) {
 	}
 	defer ws.Close()
 	f := turnFacts{Now: time.Now(), Model: "m", Channel: "console"}
-	if _, err := buildPrompt(ws, nil, "", "", nil, f); err != nil {
+	heads := &promptHeads{}
+	if _, err := promptText(heads, ws, nil, "", "", nil, f); err != nil {
 		t.Fatal(err)
 	}
 	reads := ws.Reads()
-	p, err := buildPrompt(ws, nil, "", "", nil, f)
+	p, err := promptText(heads, ws, nil, "", "", nil, f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ws.Reads() != reads {
 		t.Fatalf("unchanged files were re-read: %d -> %d", reads, ws.Reads())
+	}
+	if n := heads.builds.Load(); n != 1 {
+		t.Fatalf("the head was built %d times for unchanged files, want once", n)
 	}
 	if strings.Contains(p, "speak like a robot") {
 		t.Fatal("unexpected text")
@@ -114,11 +118,20 @@ func TestBuildPromptFollowsEdits(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "USER.md"), []byte("The user wants you to speak like a robot."), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p, err = buildPrompt(ws, nil, "", "", nil, f)
+	p, err = promptText(heads, ws, nil, "", "", nil, f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(p, "speak like a robot") {
 		t.Fatal("edit to USER.md not in the next prompt")
 	}
+	if n := heads.builds.Load(); n != 2 {
+		t.Fatalf("the head was built %d times after one edit, want twice", n)
+	}
+}
+
+// promptText is the whole prompt buildPrompt builds.
+func promptText(heads *promptHeads, ws PromptFiles, tl []tools.Tool, summary, skills string, mem *memory.View, f turnFacts) (string, error) {
+	p, err := buildPrompt(heads, ws, tl, summary, skills, mem, f)
+	return p.String(), err
 }

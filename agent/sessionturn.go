@@ -25,7 +25,7 @@ type turnPlan struct {
 	now     time.Time
 	sink    *turnSink
 	users   []memory.Message // the batch as user messages
-	system  string
+	system  systemPrompt
 	kept    []memory.Message // the fitted history
 	dropped []memory.Message // what fitting dropped
 }
@@ -115,22 +115,17 @@ func (s *session) fit(ctx context.Context, p *turnPlan) bool {
 		p.users[i].TurnStart = i == 0 // one turn answers them all
 		userTokens += loop.EstimateTokens(&p.users[i])
 	}
-	prompt := func() (string, error) {
-		return buildPrompt(env.prof.Prompts, env.exec.Tools(), s.summary(), s.skillsSection(), mem, facts)
-	}
-	system, err := prompt()
+	system, err := buildPrompt(env.heads, env.prof.Prompts, env.exec.Tools(), s.summary(), s.skillsSection(), mem, facts)
 	if err != nil {
 		p.log.Error("system prompt failed", "err", err)
 		return false
 	}
-	b := budget(env.cfg.MaxContextTokens, env.opt.ContextWindow, env.opt.MaxOutputTokens, loop.TextTokens(system)+userTokens)
+	b := budget(env.cfg.MaxContextTokens, env.opt.ContextWindow, env.opt.MaxOutputTokens, system.tokens()+userTokens)
 	p.kept, p.dropped = fitContext(s.conv.history, s.contextTurns()-1, b)
 	if len(p.dropped) > 0 {
 		s.conv.history = p.kept
 		s.summarize(ctx, p.dropped)
-		if system, err = prompt(); err != nil {
-			p.log.Error("system prompt failed", "err", err)
-		}
+		system.tail = buildTail(s.summary(), mem, facts) // the head is the same
 	}
 	p.system = system
 	return true
@@ -151,7 +146,8 @@ func (s *session) runLoop(ctx context.Context, p *turnPlan) (loop.Result, error)
 	tctx, cancel := context.WithCancelCause(ctx)
 	s.steer.begin(cancel)
 	res, err := s.env.exec.Run(tctx, loop.Input{
-		System:    p.system,
+		Prefix:    p.system.head,
+		System:    p.system.tail,
 		History:   p.kept,
 		User:      p.users[0],
 		More:      p.users[1:],

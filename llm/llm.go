@@ -53,7 +53,13 @@ type ImagePart struct {
 
 // Message is one chat message of a request.
 type Message struct {
-	Role      string      `json:"role"`
+	Role string `json:"role"`
+	// Prefix, in a system message, is the start of its content, sent
+	// before Content as one string: a long head shared by many requests
+	// (the parts of a system prompt that are the same for every session)
+	// is written into the request as it is, not joined to Content into a
+	// new string first. Only system messages may carry one.
+	Prefix    string      `json:"prefix,omitempty"`
 	Content   string      `json:"content,omitempty"`
 	Images    []ImagePart `json:"images,omitempty"` // user messages only
 	Reasoning string      `json:"reasoning,omitempty"`

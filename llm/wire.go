@@ -189,6 +189,9 @@ func appendMessage(b []byte, m *Message) ([]byte, error) {
 	if len(m.ToolCalls) > 0 && m.Role != RoleAssistant {
 		return b, fmt.Errorf("tool_calls: only assistant messages may carry tool calls, got role %q", m.Role)
 	}
+	if m.Prefix != "" && m.Role != RoleSystem {
+		return b, fmt.Errorf("prefix: only system messages may carry a prefix, got role %q", m.Role)
+	}
 	switch m.Role {
 	case RoleSystem, RoleUser:
 		if len(m.Images) > 0 {
@@ -197,7 +200,11 @@ func appendMessage(b []byte, m *Message) ([]byte, error) {
 		b = append(b, `{"role":`...)
 		b = jsonwire.AppendString(b, m.Role)
 		b = append(b, `,"content":`...)
-		b = jsonwire.AppendString(b, nonEmpty(m.Content))
+		if m.Prefix != "" {
+			b = jsonwire.AppendJoined(b, m.Prefix, m.Content) // Prefix + Content, never empty
+		} else {
+			b = jsonwire.AppendString(b, nonEmpty(m.Content))
+		}
 		return append(b, '}'), nil
 	case RoleAssistant:
 		b = append(b, `{"role":"assistant"`...)

@@ -91,7 +91,7 @@ func convertMessage(m Message) (openai.ChatCompletionMessage, error) {
 	}
 	switch m.Role {
 	case RoleSystem:
-		return openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: nonEmpty(m.Content)}, nil
+		return openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: nonEmpty(m.Prefix + m.Content)}, nil
 	case RoleUser:
 		if len(m.Images) == 0 {
 			return openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: nonEmpty(m.Content)}, nil

@@ -37,6 +37,17 @@ func wireCases() []Request {
 		{Temperature: &temp15, Messages: []Message{{Role: RoleUser, Content: "x"}}},
 		{Model: "o3-mini", Messages: []Message{{Role: RoleUser, Content: "z"}}},
 		{Model: "gpt-5", Messages: []Message{{Role: RoleUser, Content: "z"}}, Tools: []Tool{{Name: "t"}}},
+		// A system prompt in two parts: a shared head and a per-turn tail,
+		// split after ASCII, after a whole character, inside one, or with
+		// one part empty; sent as their concatenation.
+		{Messages: []Message{
+			{Role: RoleSystem, Prefix: "## Tools\n\n" + nasty + "\n\n", Content: "## Runtime <now> & " + nasty},
+			{Role: RoleSystem, Prefix: "head é", Content: "\u2028tail"},
+			{Role: RoleSystem, Prefix: "split \xe2\x82", Content: "\xac inside the euro sign"},
+			{Role: RoleSystem, Prefix: "only a head", Content: ""},
+			{Role: RoleSystem, Prefix: "", Content: "only a tail"},
+			{Role: RoleUser, Content: "hi"},
+		}},
 	}
 }
 
@@ -145,5 +156,18 @@ func TestBuildAllocations(t *testing.T) {
 		rb.release()
 	}); n > 2 {
 		t.Errorf("building the body took %.0f allocations, want at most 2", n)
+	}
+}
+
+// TestPrefixOnlyInSystemMessages checks that a prefix on any other
+// message is refused with the message named, not dropped.
+func TestPrefixOnlyInSystemMessages(t *testing.T) {
+	c, err := New(DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.build(&Request{Messages: []Message{{Role: RoleSystem, Prefix: "p", Content: "s"}, {Role: RoleUser, Prefix: "p", Content: "x"}}})
+	if err == nil || !strings.Contains(err.Error(), "messages[1]: prefix") {
+		t.Fatalf("a user message with a prefix: %v, want an error naming messages[1]: prefix", err)
 	}
 }

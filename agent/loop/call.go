@@ -35,7 +35,7 @@ const maxScratchMessages = 4096
 // of ts (nil: none). extra messages are sent but never stored.
 func (t *turn) call(ctx context.Context, ts *toolSet, extra []llm.Message) (*llm.Response, error) {
 	msgs := make([]llm.Message, 0, len(t.tr.context)+2+len(extra))
-	msgs = append(msgs, llm.Message{Role: llm.RoleSystem, Content: t.in.System})
+	msgs = append(msgs, llm.Message{Role: llm.RoleSystem, Prefix: t.in.Prefix.Text(), Content: t.in.System})
 	scratch := sanitizeScratch.Get().(*[]memory.Message)
 	clean := sanitizeInto((*scratch)[:0], t.tr.requestContext(t.e.opt.Limits.KeepToolResults))
 	msgs = appendLLM(msgs, clean)
@@ -161,7 +161,7 @@ func (t *turn) compactAfterOverflow(err error) {
 	if window == 0 {
 		window = t.e.opt.Limits.ContextWindow
 	}
-	sys := TextTokens(t.in.System)
+	sys := t.in.systemTokens()
 	target := int(0.9 * float64(window-t.e.opt.Limits.MaxOutputTokens-sys))
 	before := TotalTokens(t.tr.context)
 	t.res.Dropped = append(t.res.Dropped, t.tr.compactTo(target)...)
@@ -179,7 +179,7 @@ func (t *turn) guard(ts *toolSet, extra []llm.Message) bool {
 		return true
 	}
 	fixed := llmTokens(extra) + lim.MaxOutputTokens + guardMargin
-	estimate := func() int { return t.tr.estimate(t.in.System, ts.specTokens(), lim.KeepToolResults) + fixed }
+	estimate := func() int { return t.tr.estimate(t.in.systemTokens(), ts.specTokens(), lim.KeepToolResults) + fixed }
 	for estimate() > lim.ContextWindow {
 		id, ok := t.tr.elideOldest()
 		if !ok {

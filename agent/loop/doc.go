@@ -6,7 +6,9 @@
 //
 // # Input
 //
-// [Executor.Run] takes an [Input]: the system prompt, the history (already
+// [Executor.Run] takes an [Input]: the system prompt (optionally as a
+// [Prompt] head shared by many turns, built and counted once, and the
+// turn's own text after it), the history (already
 // fitted to the budget, oldest first), the new user message(s), the
 // [tools.Session] the tools act for, and optionally a [Sink] and a
 // [Steering] inbox. The tool set is the [Toolbox] given to [New], read at

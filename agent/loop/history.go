@@ -244,7 +244,16 @@ func EstimateTokens(m *memory.Message) int {
 	return n
 }
 
-func TextTokens(s string) int {
+// TextTokens is the token estimate of a text: a quarter token per ASCII
+// rune, one and a half per other rune (an invalid byte counts as one).
+func TextTokens(s string) int { return countText(s).tokens() }
+
+// textCount is what TextTokens counts in a text; counts of two texts add
+// up to the count of their concatenation when the first ends with a whole
+// character (see endsWhole).
+type textCount struct{ ascii, other int }
+
+func countText(s string) textCount {
 	ascii, other := 0, 0
 	for i := 0; i < len(s); {
 		if s[i] < utf8.RuneSelf {
@@ -256,7 +265,19 @@ func TextTokens(s string) int {
 		i += w
 		other++
 	}
-	return ascii/4 + other*3/2 + 1
+	return textCount{ascii, other}
+}
+
+func (c textCount) tokens() int { return c.ascii/4 + c.other*3/2 + 1 }
+
+// endsWhole reports whether s ends with an ASCII byte or a complete, valid
+// UTF-8 sequence, so that its runes are the same whatever follows it.
+func endsWhole(s string) bool {
+	if s == "" || s[len(s)-1] < utf8.RuneSelf {
+		return true
+	}
+	r, size := utf8.DecodeLastRuneInString(s)
+	return r != utf8.RuneError || size > 1
 }
 
 // TurnStarts returns the indexes of messages that open a turn.

@@ -127,7 +127,12 @@ type Steering interface {
 
 // Input is everything one turn needs.
 type Input struct {
-	System  string           // the system prompt
+	// System is the system prompt, or its part after Prefix.
+	System string
+	// Prefix, when set, is the start of the system prompt, shared with
+	// other turns: the request's system message is Prefix's text followed
+	// by System, written without joining them.
+	Prefix  *Prompt
 	History []memory.Message // context before this turn, oldest first, already fitted
 	User    memory.Message   // the new user message (TurnStart set)
 	// More are further user messages answered in the same turn (collected

@@ -127,11 +127,11 @@ func llmTokens(msgs []llm.Message) int {
 // MiroThinker adds the raw completion instead, which overcounts arguments
 // the runtime did not keep), or, before any usage is known, the whole
 // request estimated.
-func (tr *transcript) estimate(system string, specTokens, keep int) int {
+func (tr *transcript) estimate(systemTokens, specTokens, keep int) int {
 	if tr.lastUsage > 0 && tr.lastLen <= len(tr.context) {
 		return tr.lastUsage + TotalTokens(tr.context[tr.lastLen:]) - tr.savedSince
 	}
-	return TextTokens(system) + TotalTokens(tr.requestContext(keep)) + specTokens
+	return systemTokens + TotalTokens(tr.requestContext(keep)) + specTokens
 }
 
 // elideOldest leaves the oldest not yet elided tool result of this run out

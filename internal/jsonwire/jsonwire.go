@@ -18,8 +18,15 @@ var jsonSafe = func() (t [utf8.RuneSelf]bool) {
 // with HTML escaping: invalid UTF-8 becomes U+FFFD, U+2028 and U+2029 are
 // escaped.
 func AppendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
 	b = append(b, '"')
+	b = appendChars(b, s)
+	return append(b, '"')
+}
+
+// appendChars appends the characters of s as AppendString writes them
+// between the quotes.
+func appendChars(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -66,6 +73,38 @@ func AppendString(b []byte, s string) []byte {
 		}
 		i += size
 	}
-	b = append(b, s[start:]...)
+	return append(b, s[start:]...)
+}
+
+// AppendJoined appends head+tail as one JSON string, the bytes
+// AppendString(b, head+tail) appends, without joining the two into a new
+// string. Split at a complete character (the usual case: head ends with an
+// ASCII byte or a whole UTF-8 sequence) the two halves are encoded in place;
+// a head that ends inside a character is joined first, so an invalid or
+// split sequence is read as in the joined string.
+func AppendJoined(b []byte, head, tail string) []byte {
+	if tail == "" {
+		return AppendString(b, head)
+	}
+	if head == "" {
+		return AppendString(b, tail)
+	}
+	if !endsWhole(head) {
+		return AppendString(b, head+tail)
+	}
+	b = append(b, '"')
+	b = appendChars(b, head)
+	b = appendChars(b, tail)
 	return append(b, '"')
+}
+
+// endsWhole reports whether s ends with an ASCII byte or a complete, valid
+// UTF-8 sequence: the encoding of s then reads no byte past its end, and
+// s's last character is the same whatever follows.
+func endsWhole(s string) bool {
+	if s[len(s)-1] < utf8.RuneSelf {
+		return true
+	}
+	r, size := utf8.DecodeLastRuneInString(s)
+	return r != utf8.RuneError || size > 1
 }

@@ -39,6 +39,7 @@ package notes
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path"
@@ -319,22 +320,28 @@ func (n *Notes) CoreFile(s Scope) (string, error) {
 // is direct-chat memory, so in a group (and with scope "shared") the path
 // is "" and the workspace's USER.md applies.
 func (n *Notes) UserFile(s Scope) (string, bool, error) {
+	rel, fi, err := n.userFile(s)
+	return rel, fi != nil, err
+}
+
+// userFile is UserFile with the stat that found the file (nil: none).
+func (n *Notes) userFile(s Scope) (string, fs.FileInfo, error) {
 	if err := s.Validate(); err != nil {
-		return "", false, err
+		return "", nil, err
 	}
 	if n.shared || s.IsGroup {
-		return "", false, nil
+		return "", nil, nil
 	}
 	f, err := UserFolder(s.Channel, s.UserID)
 	if err != nil {
-		return "", false, err
+		return "", nil, err
 	}
 	rel := f.Dir + "/" + UserName
 	fi, err := n.root.Stat(rel)
 	if err != nil || !fi.Mode().IsRegular() {
-		return rel, false, nil
+		return rel, nil, nil
 	}
-	return rel, true, nil
+	return rel, fi, nil
 }
 
 // Root is a part of the workspace a caller may read: one file, or the

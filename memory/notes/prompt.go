@@ -63,10 +63,12 @@ func (n *Notes) Prompt(s Scope) (Prompt, error) {
 			p.Memory = append(p.Memory, Section{Kind: f.Kind, Path: f.Core(), Content: t.content, Truncated: t.truncated})
 		}
 	}
-	if rel, ok, err := n.UserFile(s); err != nil {
+	// The stat that finds USER.md is the one its cached content is checked
+	// against: one stat of it per turn, not two.
+	if rel, fi, err := n.userFile(s); err != nil {
 		return Prompt{}, fmt.Errorf("notes: prompt: %w", err)
-	} else if ok {
-		t, ok, err := n.tail(rel, false)
+	} else if fi != nil {
+		t, ok, err := n.tailOf(rel, fi, false)
 		if err != nil {
 			return Prompt{}, fmt.Errorf("notes: prompt: %s: %w", rel, err)
 		}
@@ -106,13 +108,19 @@ func (n *Notes) tail(rel string, cut bool) (cachedTail, bool, error) {
 	if !fi.Mode().IsRegular() {
 		return cachedTail{}, false, fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
 	}
+	return n.tailOf(rel, fi, cut)
+}
+
+// tailOf is tail for the regular file rel that a stat just found as fi:
+// the cached content when fi has its stamp, else the file read again.
+func (n *Notes) tailOf(rel string, fi fs.FileInfo, cut bool) (cachedTail, bool, error) {
 	n.cmu.Lock()
 	c, hit := n.cache[rel]
 	n.cmu.Unlock()
 	if hit && c.stamp == workspace.StampOf(fi) {
 		return c, c.content != "", nil
 	}
-	c, err = n.readTail(rel, cut)
+	c, err := n.readTail(rel, cut)
 	if err != nil {
 		return cachedTail{}, false, err
 	}
