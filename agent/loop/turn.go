@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/internal/jsonwire"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/tools"
@@ -329,7 +330,8 @@ func (t *turn) runPostTurn(ctx context.Context) {
 	if t.e.post == nil || t.res.Text == "" {
 		return
 	}
-	args, _ := json.Marshal(map[string]string{"reply": t.res.Text})
+	// {"reply": text}, as json.Marshal writes it.
+	args := json.RawMessage(append(jsonwire.AppendString(append(make([]byte, 0, len(t.res.Text)+16), `{"reply":`...), t.res.Text), '}'))
 	for _, tl := range t.e.post.PostTurn() {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.e.opt.Limits.ToolTimeout)
 		r := t.e.post.RunPostTurn(pctx, tl, tools.Call{ID: "post_" + tl.Name(), Args: args, Session: t.in.Session})
