@@ -78,19 +78,16 @@ func (b *Toolbox) Disabled(name string) bool {
 // registration order, then each source's in its order. The slice is the
 // caller's.
 func (b *Toolbox) List() []Tool {
-	var out []Tool
-	for _, t := range b.base.List() {
-		if !b.Disabled(t.Name()) {
+	out := make([]Tool, 0, len(b.base.tools))
+	for _, t := range b.base.tools {
+		if StageOf(t) == StageModel && !b.Disabled(t.Name()) {
 			out = append(out, t)
 		}
 	}
-	seen := make(map[string]bool, len(out))
-	for _, t := range b.base.tools {
-		seen[t.Name()] = true
-	}
+	var seen map[string]bool // the source tools' names taken so far
 	for _, s := range b.sources {
 		for _, t := range s.Tools() {
-			if b.accept(t, seen) {
+			if b.accept(t, &seen) {
 				out = append(out, t)
 			}
 		}
@@ -98,9 +95,9 @@ func (b *Toolbox) List() []Tool {
 	return out
 }
 
-// accept reports whether the source tool t joins the list; seen holds the
-// names taken so far and gains t's.
-func (b *Toolbox) accept(t Tool, seen map[string]bool) bool {
+// accept reports whether the source tool t joins the list: its name is
+// not a built-in tool's nor in *seen, which gains it (made when needed).
+func (b *Toolbox) accept(t Tool, seen *map[string]bool) bool {
 	if err := ValidateTool(t); err != nil {
 		key := "invalid:nil"
 		if t != nil {
@@ -110,11 +107,14 @@ func (b *Toolbox) accept(t Tool, seen map[string]bool) bool {
 		return false
 	}
 	name := t.Name()
-	if seen[name] {
+	if _, builtin := b.base.byName[name]; builtin || (*seen)[name] {
 		b.reject("dup:"+name, "source tool rejected: a tool with this name already exists", "tool", name)
 		return false
 	}
-	seen[name] = true
+	if *seen == nil {
+		*seen = make(map[string]bool)
+	}
+	(*seen)[name] = true
 	return StageOf(t) == StageModel && !b.Disabled(name)
 }
 
