@@ -1,6 +1,8 @@
 // Package jsonwire writes JSON by hand where encoding/json costs too much
-// on a hot path (the model request, the scripted model's stream): the one
-// string encoder of the module, byte for byte what encoding/json writes.
+// on a hot path (the model request, the scripted model's stream, the bus
+// envelopes and agent events of package bus): the one string encoder of
+// the module, and the event values' encoder, byte for byte what
+// encoding/json writes.
 package jsonwire
 
 import (
