@@ -70,13 +70,13 @@ func (s *session) beginTurn(ctx context.Context, batch []item) (*turnPlan, bool)
 	p.now = env.opt.Now()
 	p.sink = newTurnSink(env, in, p.now)
 	p.sink.Typing()
-	start := map[string]any{"id": in.ID}
+	var start any = turnStartData{ID: in.ID}
 	if len(batch) > 1 {
 		ids := make([]string, len(batch))
 		for i, it := range batch {
 			ids[i] = it.in.ID
 		}
-		start["collected"] = ids
+		start = map[string]any{"id": in.ID, "collected": ids}
 		p.log.Info("messages collected into one turn", "messages", len(batch))
 	}
 	p.sink.Event(bus.EventTurnStart, start)
@@ -193,8 +193,7 @@ func (s *session) finishTurn(ctx context.Context, p *turnPlan, res loop.Result) 
 	p.log.LogAttrs(context.Background(), slog.LevelInfo, "turn done", slog.String("stop_reason", res.StopReason), slog.Int("steps", res.Steps),
 		slog.Int("tokens", res.Usage.TotalTokens))
 	env.deps.Observer.TurnDone(env.agent, res.StopReason, p.sink.firstDeltaAfter(), env.opt.Now().Sub(p.now))
-	p.sink.Event(bus.EventTurnEnd, map[string]any{"id": p.in.ID, "steps": res.Steps, "kind": res.Kind,
-		"stop_reason": res.StopReason, "usage": res.Usage})
+	p.sink.Event(bus.EventTurnEnd, turnEndData{ID: p.in.ID, Steps: res.Steps, Kind: res.Kind, StopReason: res.StopReason, Usage: res.Usage})
 }
 
 // remember makes a delivered turn's messages the session's context: a

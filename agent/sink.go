@@ -69,7 +69,7 @@ func (k *turnSink) Delta(text string) {
 	seq := k.seq
 	k.mu.Unlock()
 	k.publish(newOutbound(k.in, bus.KindDelta, text, seq, false))
-	k.Event(bus.EventLLMDelta, map[string]any{"text": text})
+	k.Event(bus.EventLLMDelta, deltaData{Text: text})
 }
 
 // envelopes holds the buffers typing signals, deltas and events are

@@ -13,10 +13,10 @@ import (
 func AppendEvent(b []byte, e *Event, data any) ([]byte, error) {
 	b = append(b, `{"v":`...)
 	b = strconv.AppendInt(b, int64(e.V), 10)
-	b = appendField(b, `,"type":`, e.Type)
-	b = appendField(b, `,"session":`, e.Session)
-	b = appendField(b, `,"channel":`, e.Channel)
-	b = appendField(b, `,"chat_id":`, e.ChatID)
+	b = jsonwire.AppendKeyString(b, `,"type":`, e.Type)
+	b = jsonwire.AppendKeyString(b, `,"session":`, e.Session)
+	b = jsonwire.AppendKeyString(b, `,"channel":`, e.Channel)
+	b = jsonwire.AppendKeyString(b, `,"chat_id":`, e.ChatID)
 	b = appendOmitEmpty(b, `,"thread_id":`, e.ThreadID)
 	b = appendOmitEmpty(b, `,"in_reply_to":`, e.InReplyTo)
 	b = appendOmitEmpty(b, `,"agent":`, e.Agent)
@@ -37,12 +37,12 @@ func AppendEvent(b []byte, e *Event, data any) ([]byte, error) {
 func AppendOutbound(b []byte, o *Outbound) []byte {
 	b = append(b, `{"v":`...)
 	b = strconv.AppendInt(b, int64(o.V), 10)
-	b = appendField(b, `,"id":`, o.ID)
-	b = appendField(b, `,"channel":`, o.Channel)
-	b = appendField(b, `,"chat_id":`, o.ChatID)
+	b = jsonwire.AppendKeyString(b, `,"id":`, o.ID)
+	b = jsonwire.AppendKeyString(b, `,"channel":`, o.Channel)
+	b = jsonwire.AppendKeyString(b, `,"chat_id":`, o.ChatID)
 	b = appendOmitEmpty(b, `,"thread_id":`, o.ThreadID)
 	b = appendOmitEmpty(b, `,"in_reply_to":`, o.InReplyTo)
-	b = appendField(b, `,"kind":`, o.Kind)
+	b = jsonwire.AppendKeyString(b, `,"kind":`, o.Kind)
 	b = appendOmitEmpty(b, `,"text":`, o.Text)
 	b = append(b, `,"seq":`...)
 	b = strconv.AppendInt(b, int64(o.Seq), 10)
@@ -66,7 +66,7 @@ func AppendOutbound(b []byte, o *Outbound) []byte {
 }
 
 func appendAttachment(b []byte, a *Attachment) []byte {
-	b = appendField(b, `{"kind":`, a.Kind)
+	b = jsonwire.AppendKeyString(b, `{"kind":`, a.Kind)
 	b = appendOmitEmpty(b, `,"url":`, a.URL)
 	b = appendOmitEmpty(b, `,"data":`, a.Data)
 	b = appendOmitEmpty(b, `,"mime":`, a.MIME)
@@ -78,16 +78,11 @@ func appendAttachment(b []byte, a *Attachment) []byte {
 	return append(b, '}')
 }
 
-// appendField appends a key (with its leading comma and colon) and s.
-func appendField(b []byte, key, s string) []byte {
-	return jsonwire.AppendString(append(b, key...), s)
-}
-
-// appendOmitEmpty is appendField for an omitempty field: nothing when s is
-// empty.
+// appendOmitEmpty is jsonwire.AppendKeyString for an omitempty field:
+// nothing when s is empty.
 func appendOmitEmpty(b []byte, key, s string) []byte {
 	if s == "" {
 		return b
 	}
-	return appendField(b, key, s)
+	return jsonwire.AppendKeyString(b, key, s)
 }

@@ -77,13 +77,22 @@ func AppendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// Appender is a value that writes its own JSON: AppendJSON appends what
+// json.Marshal writes for it (a test of the type proves it).
+type Appender interface {
+	AppendJSON(b []byte) []byte
+}
+
 // AppendValue appends v exactly as json.Marshal encodes it. The values of
-// agent events are written by hand: nil, strings, bools, the integer types
-// and map[string]any of those (keys sorted, like encoding/json); anything
-// else (floats, structs, named types that may have their own MarshalJSON)
-// is appended from json.Marshal. The error is json.Marshal's.
+// agent events are written by hand: an Appender, nil, strings, bools, the
+// integer types and map[string]any of those (keys sorted, like
+// encoding/json); anything else (floats, structs, named types that may have
+// their own MarshalJSON) is appended from json.Marshal. The error is
+// json.Marshal's.
 func AppendValue(b []byte, v any) ([]byte, error) {
 	switch v := v.(type) {
+	case Appender:
+		return v.AppendJSON(b), nil
 	case nil:
 		return append(b, "null"...), nil
 	case string:
@@ -155,4 +164,16 @@ func AppendStringMap(b []byte, m map[string]string) []byte {
 		b = AppendString(b, m[k])
 	}
 	return append(b, '}')
+}
+
+// AppendInt appends a key (with its leading punctuation, e.g. `,"steps":`)
+// and n.
+func AppendInt(b []byte, key string, n int64) []byte {
+	return strconv.AppendInt(append(b, key...), n, 10)
+}
+
+// AppendKeyString appends a key (with its leading punctuation) and s as a
+// JSON string.
+func AppendKeyString(b []byte, key, s string) []byte {
+	return AppendString(append(b, key...), s)
 }

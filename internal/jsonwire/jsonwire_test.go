@@ -37,6 +37,10 @@ func TestAppendValue(t *testing.T) {
 			t.Errorf("AppendValue(%#v) = %s, %v; want %s", v, got, err, want)
 		}
 	}
+	got, err := AppendValue(nil, map[string]any{"b": selfWritten(7), "a": selfWritten(-1)})
+	if want := `{"a":{"n":-1},"b":{"n":7}}`; err != nil || string(got) != want {
+		t.Errorf("AppendValue of Appenders = %s, %v; want %s", got, err, want)
+	}
 	if _, err := AppendValue(nil, map[string]any{"a": 1, "b": make(chan int)}); err == nil {
 		t.Error("AppendValue accepted a channel")
 	}
@@ -62,3 +66,8 @@ func FuzzAppendValue(f *testing.F) {
 		}
 	})
 }
+
+// selfWritten writes its own JSON, {"n":<n>}.
+type selfWritten int
+
+func (s selfWritten) AppendJSON(b []byte) []byte { return append(AppendInt(b, `{"n":`, int64(s)), '}') }
