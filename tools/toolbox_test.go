@@ -275,8 +275,8 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// TestToolboxListCost: List, asked once per turn, makes one slice when no
-// source has tools (issue 16); a name taken by a built-in or by an earlier
+// TestToolboxListCost: List and PostTurn, asked once per turn, make one
+// slice when no source has tools (issue 16); a name taken by a built-in or by an earlier
 // source tool is still refused.
 func TestToolboxListCost(t *testing.T) {
 	var ts []tools.Tool
@@ -295,6 +295,9 @@ func TestToolboxListCost(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { tb.List() }); n > 2 { // the list and the empty source's copy
 		t.Errorf("List: %.0f allocations, want at most 2", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { tb.PostTurn() }); n > 1 {
+		t.Errorf("PostTurn: %.0f allocations, want at most 1", n)
 	}
 	src.set(&fakeTool{name: "mcp_a_one"}, &fakeTool{name: "mcp_a_one"}, &fakeTool{name: "edit_file"}, &fakeTool{name: "mcp_a_two"})
 	if got := strings.Join(tb.Names(), ","); got != "read_file,write_file,edit_file,list_dir,web_fetch,memory,send_message,mcp_a_one,mcp_a_two" {
