@@ -310,7 +310,7 @@ func (c *Client) attempt(ctx context.Context, body *requestBuffer, onDelta func(
 	// comments of proxies count as life), and by every chunk.
 	idle := time.AfterFunc(c.cfg.IdleTimeout, func() { cancel(ErrIdle) })
 	defer idle.Stop()
-	capt := &capture{activity: func() { idle.Reset(c.cfg.IdleTimeout) }}
+	capt := &capture{idle: idle, idleAfter: c.cfg.IdleTimeout}
 
 	fail := func(err error) attemptError {
 		return classify(ctx, actx, err, capt, c.now(), c.cfg.IdleTimeout, c.cfg.RequestTimeout)
