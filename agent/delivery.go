@@ -163,6 +163,9 @@ func (c *courier) deliver(ctx context.Context, session string, as []answered, ms
 	return err == nil
 }
 
+// finalOverhead is room for a final envelope's fields besides its text.
+const finalOverhead = 256
+
 // deliverAll commits a turn: the turn's messages and the receipt of every
 // inbound message it answers, in one transaction; then, for each message in
 // order, it publishes the final envelope, acknowledges the delivery and
@@ -175,11 +178,7 @@ func (c *courier) deliverAll(ctx context.Context, session string, as []answered,
 	finals := make([][]byte, len(as))
 	receipts := make([]memory.Receipt, len(as))
 	for i, a := range as {
-		final, err := json.Marshal(a.out)
-		if err != nil {
-			c.untrackAll(as)
-			return fmt.Errorf("agent: encode final: %w", err)
-		}
+		final := bus.AppendOutbound(make([]byte, 0, finalOverhead+len(a.out.Text)), &a.out)
 		finals[i] = final
 		receipts[i] = memory.Receipt{Key: a.in.DedupKey(), Session: session, Final: final, Time: c.now().UTC()}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/switchboard-chat/switchboard/agent/heartbeat"
 	"github.com/switchboard-chat/switchboard/agent/loop"
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/logging"
 	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/tools"
 )
@@ -58,7 +59,8 @@ func (s *session) beginTurn(ctx context.Context, batch []item) (*turnPlan, bool)
 	last := batch[len(batch)-1]
 	in := last.in
 	p := &turnPlan{batch: batch, in: in,
-		log: env.log.With("channel", in.Channel, "session", s.key, "msg_id", in.ID, "turn", env.stats.seq.Add(1))}
+		log: logging.With(env.log, slog.String("channel", in.Channel), slog.String("session", s.key), slog.String("msg_id", in.ID),
+			slog.Int64("turn", env.stats.seq.Add(1)))}
 	if !s.load(ctx) {
 		for _, it := range batch {
 			env.courier.untrack(it.d)
@@ -68,13 +70,13 @@ func (s *session) beginTurn(ctx context.Context, batch []item) (*turnPlan, bool)
 	p.now = env.opt.Now()
 	p.sink = newTurnSink(env, in, p.now)
 	p.sink.Typing()
-	start := map[string]any{"id": in.ID}
+	var start any = turnStartData{ID: in.ID}
 	if len(batch) > 1 {
 		ids := make([]string, len(batch))
 		for i, it := range batch {
 			ids[i] = it.in.ID
 		}
-		start["collected"] = ids
+		start = map[string]any{"id": in.ID, "collected": ids}
 		p.log.Info("messages collected into one turn", "messages", len(batch))
 	}
 	p.sink.Event(bus.EventTurnStart, start)
@@ -184,10 +186,10 @@ func (s *session) finishTurn(ctx context.Context, p *turnPlan, res loop.Result) 
 	}
 	env.stats.answered.Add(1)
 	s.remember(ctx, p, res, msgs, fresh)
-	p.log.Info("turn done", "stop_reason", res.StopReason, "steps", res.Steps, "tokens", res.Usage.TotalTokens)
+	p.log.LogAttrs(context.Background(), slog.LevelInfo, "turn done", slog.String("stop_reason", res.StopReason), slog.Int("steps", res.Steps),
+		slog.Int("tokens", res.Usage.TotalTokens))
 	env.deps.Observer.TurnDone(env.agent, res.StopReason, p.sink.firstDeltaAfter(), env.opt.Now().Sub(p.now))
-	p.sink.Event(bus.EventTurnEnd, map[string]any{"id": p.in.ID, "steps": res.Steps, "kind": res.Kind,
-		"stop_reason": res.StopReason, "usage": res.Usage})
+	p.sink.Event(bus.EventTurnEnd, turnEndData{ID: p.in.ID, Steps: res.Steps, Kind: res.Kind, StopReason: res.StopReason, Usage: res.Usage})
 }
 
 // remember makes a delivered turn's messages the session's context: a

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"encoding/json"
 	"sync"
 	"time"
 
@@ -14,6 +13,7 @@ type turnSink struct {
 	in         *bus.Inbound
 	out        string // outbound subject
 	evt        string // event subject
+	session    string // in's session key
 	start      time.Time
 	mu         sync.Mutex
 	seq        int
@@ -35,7 +35,8 @@ func (k *turnSink) firstDeltaAfter() time.Duration {
 
 func newTurnSink(env *sessionEnv, in *bus.Inbound, start time.Time) *turnSink {
 	return &turnSink{env: env, in: in, start: start,
-		out: env.opt.Subjects.Out(in.Channel, in.ChatID), evt: env.opt.Subjects.Event(in.Channel, in.ChatID)}
+		out: env.opt.Subjects.Out(in.Channel, in.ChatID), evt: env.opt.Subjects.Event(in.Channel, in.ChatID),
+		session: in.SessionKey()}
 }
 
 func (k *turnSink) nextSeq() int {
@@ -68,32 +69,52 @@ func (k *turnSink) Delta(text string) {
 	seq := k.seq
 	k.mu.Unlock()
 	k.publish(newOutbound(k.in, bus.KindDelta, text, seq, false))
-	k.Event(bus.EventLLMDelta, map[string]any{"text": text})
+	k.Event(bus.EventLLMDelta, deltaData{Text: text})
 }
 
+// envelopes holds the buffers typing signals, deltas and events are
+// encoded into; the publisher copies what it sends before it returns.
+var envelopes = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// maxPooledEnvelope bounds the buffers kept in envelopes: a long delta's
+// buffer is left to the garbage collector.
+const maxPooledEnvelope = 64 << 10
+
 func (k *turnSink) publish(o bus.Outbound) {
-	data, err := json.Marshal(o)
-	if err == nil {
-		err = k.env.deps.Publisher.PublishCore(k.out, data)
-	}
+	buf := envelopes.Get().(*[]byte)
+	data := bus.AppendOutbound((*buf)[:0], &o)
+	err := k.env.deps.Publisher.PublishCore(k.out, data)
+	putEnvelope(buf, data)
 	if err != nil {
 		k.env.log.Debug("outbound publish failed", "subject", k.out, "kind", o.Kind, "err", err)
 	}
 }
 
-// Event publishes an agent event on chat.event.<channel>.<chat>.
+// Event publishes an agent event on chat.event.<channel>.<chat>; data is
+// encoded into the envelope once.
 func (k *turnSink) Event(typ string, data any) {
-	raw, err := json.Marshal(data)
+	ev := bus.Event{V: bus.Version, Type: typ, Session: k.session, Channel: k.in.Channel, ChatID: k.in.ChatID,
+		ThreadID: k.in.ThreadID, InReplyTo: k.in.ID, Agent: k.env.agent, Time: k.env.opt.Now().UTC()}
+	buf := envelopes.Get().(*[]byte)
+	b, err := bus.AppendEvent((*buf)[:0], &ev, data)
 	if err != nil {
+		putEnvelope(buf, b)
 		return
 	}
-	ev := bus.Event{V: bus.Version, Type: typ, Session: k.in.SessionKey(), Channel: k.in.Channel, ChatID: k.in.ChatID,
-		ThreadID: k.in.ThreadID, InReplyTo: k.in.ID, Agent: k.env.agent, Time: k.env.opt.Now().UTC(), Data: raw}
-	b, err := json.Marshal(ev)
-	if err == nil {
-		err = k.env.deps.Publisher.PublishCore(k.evt, b)
-	}
+	err = k.env.deps.Publisher.PublishCore(k.evt, b)
+	putEnvelope(buf, b)
 	if err != nil {
 		k.env.log.Debug("event publish failed", "subject", k.evt, "err", err)
 	}
+}
+
+// putEnvelope returns buf, grown to b, to envelopes unless it got too big.
+func putEnvelope(buf *[]byte, b []byte) {
+	if cap(b) > maxPooledEnvelope {
+		return
+	}
+	if b != nil {
+		*buf = b[:0]
+	}
+	envelopes.Put(buf)
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -391,8 +392,9 @@ func TestPostTurnTools(t *testing.T) {
 		return tools.Result{Text: "indexed"}, nil
 	}}}
 	h := newHarness(t, withTools(&testTool{name: "echo"}, post))
-	h.model.Enqueue(llmtest.TextReply("the answer"))
-	h.ask("m1", "q")
+	h.model.Enqueue(llmtest.TextReply("the <answer> & \"more\"\u2028\\"))
+	final := h.ask("m1", "q")
+	want, _ := json.Marshal(map[string]string{"reply": final.Text}) // the arguments' bytes are encoding/json's
 	for _, tl := range h.request(0).Body.Tools {
 		if tl.Function.Name == "indexer" {
 			t.Fatal("post-turn tool offered to the model")
@@ -400,7 +402,7 @@ func TestPostTurnTools(t *testing.T) {
 	}
 	select {
 	case args := <-got:
-		if args != `{"reply":"the answer"}` {
+		if args != string(want) || !strings.Contains(args, `\u003canswer\u003e \u0026 \"more\"\u2028\\`) {
 			t.Fatalf("post-turn args = %s", args)
 		}
 	case <-time.After(wait):

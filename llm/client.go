@@ -25,7 +25,7 @@ type Client struct {
 	log     *slog.Logger
 	http    *http.Client
 	url     string      // <base_url>/chat/completions
-	header  http.Header // the headers of every request (cloned per request)
+	header  http.Header // the headers of every request (read only; see send)
 	backoff func(attempt int, rateLimited bool) time.Duration
 	sleep   func(ctx context.Context, d time.Duration) error
 	now     func() time.Time
@@ -310,7 +310,7 @@ func (c *Client) attempt(ctx context.Context, body *requestBuffer, onDelta func(
 	// comments of proxies count as life), and by every chunk.
 	idle := time.AfterFunc(c.cfg.IdleTimeout, func() { cancel(ErrIdle) })
 	defer idle.Stop()
-	capt := &capture{activity: func() { idle.Reset(c.cfg.IdleTimeout) }}
+	capt := &capture{idle: idle, idleAfter: c.cfg.IdleTimeout}
 
 	fail := func(err error) attemptError {
 		return classify(ctx, actx, err, capt, c.now(), c.cfg.IdleTimeout, c.cfg.RequestTimeout)
@@ -329,8 +329,9 @@ func (c *Client) attempt(ctx context.Context, body *requestBuffer, onDelta func(
 	defer sr.release()
 
 	asm := newAssembler()
+	var chunk openai.ChatCompletionStreamResponse // one per attempt, zeroed for each event
 	for {
-		var chunk openai.ChatCompletionStreamResponse
+		chunk = openai.ChatCompletionStreamResponse{}
 		err := sr.recv(&chunk)
 		if err != nil {
 			if errors.Is(err, io.EOF) && actx.Err() == nil {
@@ -358,7 +359,12 @@ func (c *Client) send(ctx context.Context, body *bodyReader, capt *capture) (*ht
 	if err != nil {
 		return nil, err
 	}
-	req.Header = c.header.Clone()
+	// The transport only reads the headers, so every request shares them;
+	// an http.Client with a cookie jar adds its cookies to them.
+	req.Header = c.header
+	if c.http.Jar != nil {
+		req.Header = c.header.Clone()
+	}
 	req.ContentLength = int64(body.len())
 	return capt.do(c.http, req)
 }

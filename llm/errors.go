@@ -26,9 +26,11 @@ const maxErrorMessage = 512
 // capture records what the HTTP layer saw for one attempt: that the
 // request was sent, and the status and Retry-After of the response.
 type capture struct {
-	// activity, when set, is called whenever response body bytes arrive
-	// (the idle watchdog's heartbeat; SSE keep-alive comments count).
-	activity func()
+	// idle, when set, is reset to idleAfter whenever response body bytes
+	// arrive (the idle watchdog's heartbeat; SSE keep-alive comments
+	// count).
+	idle      *time.Timer
+	idleAfter time.Duration
 
 	mu         sync.Mutex
 	sent       bool // the request reached the HTTP client
@@ -53,24 +55,26 @@ func (c *capture) do(hc *http.Client, req *http.Request) (*http.Response, error)
 		c.status = resp.StatusCode
 		c.retryAfter = resp.Header.Get("Retry-After")
 		c.mu.Unlock()
-		if c.activity != nil {
-			c.activity()
-			resp.Body = activityBody{ReadCloser: resp.Body, touch: c.activity}
+		if c.idle != nil {
+			c.idle.Reset(c.idleAfter)
+			resp.Body = activityBody{ReadCloser: resp.Body, idle: c.idle, after: c.idleAfter}
 		}
 	}
 	return resp, err
 }
 
-// activityBody reports every successful read of a response body.
+// activityBody resets the idle watchdog at every successful read of a
+// response body.
 type activityBody struct {
 	io.ReadCloser
-	touch func()
+	idle  *time.Timer
+	after time.Duration
 }
 
 func (b activityBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 {
-		b.touch()
+		b.idle.Reset(b.after)
 	}
 	return n, err
 }

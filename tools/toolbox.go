@@ -185,8 +185,8 @@ func (b *Toolbox) Known(name string) bool {
 // disabled.
 func (b *Toolbox) PostTurn() []Tool {
 	var out []Tool
-	for _, t := range b.base.PostTurn() {
-		if !b.Disabled(t.Name()) {
+	for _, t := range b.base.tools {
+		if StageOf(t) == StagePostTurn && !b.Disabled(t.Name()) {
 			out = append(out, t)
 		}
 	}

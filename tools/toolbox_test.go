@@ -274,3 +274,33 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestToolboxListCost: List and PostTurn, asked once per turn, make one
+// slice when no source has tools (issue 16); a name taken by a built-in or by an earlier
+// source tool is still refused.
+func TestToolboxListCost(t *testing.T) {
+	var ts []tools.Tool
+	for _, n := range []string{"read_file", "write_file", "edit_file", "list_dir", "bash", "web_fetch", "memory", "send_message"} {
+		ts = append(ts, &fakeTool{name: n})
+	}
+	base, err := tools.NewRegistry(append(ts, postTool{&fakeTool{name: "indexer"}})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base = base.WithLogger(slog.New(slog.DiscardHandler))
+	src := &fakeSource{}
+	tb, err := tools.NewToolbox(base, []string{"bash"}, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { tb.List() }); n > 2 { // the list and the empty source's copy
+		t.Errorf("List: %.0f allocations, want at most 2", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { tb.PostTurn() }); n > 1 {
+		t.Errorf("PostTurn: %.0f allocations, want at most 1", n)
+	}
+	src.set(&fakeTool{name: "mcp_a_one"}, &fakeTool{name: "mcp_a_one"}, &fakeTool{name: "edit_file"}, &fakeTool{name: "mcp_a_two"})
+	if got := strings.Join(tb.Names(), ","); got != "read_file,write_file,edit_file,list_dir,web_fetch,memory,send_message,mcp_a_one,mcp_a_two" {
+		t.Errorf("Names() = %s", got)
+	}
+}

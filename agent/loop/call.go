@@ -68,7 +68,7 @@ func (t *turn) call(ctx context.Context, ts *toolSet, extra []llm.Message) (*llm
 		t.res.Usage.CompletionTokens += resp.Usage.CompletionTokens
 		t.res.Usage.TotalTokens += resp.Usage.TotalTokens
 		if resp.Usage.TotalTokens > 0 {
-			t.event(EventUsage, resp.Usage)
+			t.event(EventUsage, usageData(resp.Usage))
 		}
 	}
 	return resp, err

@@ -305,7 +305,7 @@ func (e *Executor) newTurn(in Input, spec runSpec, allow func(string) bool) *tur
 	ts := e.toolSet(allow, spec.depth)
 	t := &turn{e: e, in: in, log: in.Log, ts: ts, spec: spec,
 		tr:  newTranscript(in.History),
-		pol: callPolicy{ts: ts, obs: e.opt.Observer, answered: map[string]string{}}}
+		pol: callPolicy{ts: ts, obs: e.opt.Observer}}
 	if t.log == nil {
 		t.log = e.log.With("session", in.Session.Key)
 	}

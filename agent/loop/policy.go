@@ -17,7 +17,8 @@ type callPolicy struct {
 	obs Observer
 	br  breaker
 	// answered maps tool+canonical args of successful calls in this run
-	// to their result, for duplicate detection.
+	// to their result, for duplicate detection; made at the first one (a
+	// turn without tool calls needs none).
 	answered map[string]string
 }
 
@@ -143,6 +144,9 @@ func (p *callPolicy) stuck(calls []llm.ToolCall, finish string) (bool, string) {
 // now" hint when the same successful call was repeated.
 func (p *callPolicy) record(pr prepared, text string, isErr, denied bool) string {
 	if !isErr && pr.dup == "" {
+		if p.answered == nil {
+			p.answered = map[string]string{}
+		}
 		p.answered[answerKey(pr.call)] = text
 	}
 	if denied {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/internal/jsonwire"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory"
 	"github.com/switchboard-chat/switchboard/tools"
@@ -218,7 +219,7 @@ func (t *turn) answer(am memory.Message, text string) (done bool) {
 		return false
 	}
 	t.res.Text, t.res.Kind, t.res.StopReason = text, KindReply, StopCompleted
-	t.event(EventStepEnd, map[string]any{"step": t.n.steps, "tool_calls": 0})
+	t.event(EventStepEnd, stepEndData{Step: t.n.steps})
 	return true
 }
 
@@ -234,7 +235,7 @@ func (t *turn) toolStep(ctx context.Context, am memory.Message, calls []llm.Tool
 	t.tr.lastResults = len(t.tr.context) - 1
 	t.pending = append(t.pending, st.steered...)
 	t.n.afterTools = true
-	t.event(EventStepEnd, map[string]any{"step": t.n.steps, "tool_calls": len(calls)})
+	t.event(EventStepEnd, stepEndData{Step: t.n.steps, ToolCalls: len(calls)})
 	if aborted {
 		t.finalText(fmt.Sprintf(textBreakerStop, why), KindError, StopCircuitBreaker)
 		return true
@@ -329,7 +330,8 @@ func (t *turn) runPostTurn(ctx context.Context) {
 	if t.e.post == nil || t.res.Text == "" {
 		return
 	}
-	args, _ := json.Marshal(map[string]string{"reply": t.res.Text})
+	// {"reply": text}, as json.Marshal writes it.
+	args := json.RawMessage(append(jsonwire.AppendString(append(make([]byte, 0, len(t.res.Text)+16), `{"reply":`...), t.res.Text), '}'))
 	for _, tl := range t.e.post.PostTurn() {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.e.opt.Limits.ToolTimeout)
 		r := t.e.post.RunPostTurn(pctx, tl, tools.Call{ID: "post_" + tl.Name(), Args: args, Session: t.in.Session})
@@ -337,6 +339,6 @@ func (t *turn) runPostTurn(ctx context.Context) {
 		if r.IsError {
 			t.log.Warn("post-turn tool failed", "tool", tl.Name(), "result", TruncateMiddle(r.Text, 500))
 		}
-		t.event(EventToolResult, map[string]any{"name": tl.Name(), "stage": tools.StagePostTurn, "error": r.IsError, "text": TruncateMiddle(r.Text, 2000)})
+		t.event(EventToolResult, postResultData{Name: tl.Name(), Stage: tools.StagePostTurn, Error: r.IsError, Text: TruncateMiddle(r.Text, 2000)})
 	}
 }

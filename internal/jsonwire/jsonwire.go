@@ -1,9 +1,16 @@
 // Package jsonwire writes JSON by hand where encoding/json costs too much
-// on a hot path (the model request, the scripted model's stream): the one
-// string encoder of the module, byte for byte what encoding/json writes.
+// on a hot path (the model request, the scripted model's stream, the bus
+// envelopes and agent events of package bus): the one string encoder of
+// the module, and the event values' encoder, byte for byte what
+// encoding/json writes.
 package jsonwire
 
-import "unicode/utf8"
+import (
+	"encoding/json"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+)
 
 // jsonSafe marks the ASCII bytes encoding/json writes unescaped when it
 // escapes HTML: printable, not '"', '\\', '<', '>' or '&'.
@@ -107,4 +114,105 @@ func endsWhole(s string) bool {
 	}
 	r, size := utf8.DecodeLastRuneInString(s)
 	return r != utf8.RuneError || size > 1
+}
+
+// Appender is a value that writes its own JSON: AppendJSON appends what
+// json.Marshal writes for it (a test of the type proves it).
+type Appender interface {
+	AppendJSON(b []byte) []byte
+}
+
+// AppendValue appends v exactly as json.Marshal encodes it. The values of
+// agent events are written by hand: an Appender, nil, strings, bools, the
+// integer types and map[string]any of those (keys sorted, like
+// encoding/json); anything else (floats, structs, named types that may have
+// their own MarshalJSON) is appended from json.Marshal. The error is
+// json.Marshal's.
+func AppendValue(b []byte, v any) ([]byte, error) {
+	switch v := v.(type) {
+	case Appender:
+		return v.AppendJSON(b), nil
+	case nil:
+		return append(b, "null"...), nil
+	case string:
+		return AppendString(b, v), nil
+	case bool:
+		return strconv.AppendBool(b, v), nil
+	case int:
+		return strconv.AppendInt(b, int64(v), 10), nil
+	case int64:
+		return strconv.AppendInt(b, v, 10), nil
+	case int32:
+		return strconv.AppendInt(b, int64(v), 10), nil
+	case uint64:
+		return strconv.AppendUint(b, v, 10), nil
+	case map[string]any:
+		return appendMap(b, v)
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return b, err
+	}
+	return append(b, raw...), nil
+}
+
+// appendMap appends m with its keys sorted, as encoding/json does; a nil
+// map is null.
+func appendMap(b []byte, m map[string]any) ([]byte, error) {
+	if m == nil {
+		return append(b, "null"...), nil
+	}
+	var arr [16]string
+	keys := arr[:0]
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(AppendString(b, k), ':')
+		var err error
+		if b, err = AppendValue(b, m[k]); err != nil {
+			return b, err
+		}
+	}
+	return append(b, '}'), nil
+}
+
+// AppendStringMap appends m with its keys sorted, as json.Marshal encodes
+// a map[string]string; a nil map is null.
+func AppendStringMap(b []byte, m map[string]string) []byte {
+	if m == nil {
+		return append(b, "null"...)
+	}
+	var arr [16]string
+	keys := arr[:0]
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(AppendString(b, k), ':')
+		b = AppendString(b, m[k])
+	}
+	return append(b, '}')
+}
+
+// AppendInt appends a key (with its leading punctuation, e.g. `,"steps":`)
+// and n.
+func AppendInt(b []byte, key string, n int64) []byte {
+	return strconv.AppendInt(append(b, key...), n, 10)
+}
+
+// AppendKeyString appends a key (with its leading punctuation) and s as a
+// JSON string.
+func AppendKeyString(b []byte, key, s string) []byte {
+	return AppendString(append(b, key...), s)
 }

@@ -38,6 +38,52 @@ func FuzzAppendJoined(f *testing.F) {
 	})
 }
 
+// TestAppendValue: the hand-written values and the json.Marshal fallback
+// give encoding/json's bytes; its errors are encoding/json's.
+func TestAppendValue(t *testing.T) {
+	type named string
+	for _, v := range []any{nil, "<a&b>", true, false, 0, -12, int64(1) << 62, int32(-5), uint64(1) << 63, 1.5, 1e-7,
+		named("n"), []string{"x"}, map[string]any(nil), map[string]any{}, map[string]string{"b": "1", "a": "2"},
+		map[string]any{"b": 1, "a": map[string]any{"\u2028": "x", "<": nil}, "c": []any{1, "2"}}} {
+		want, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := AppendValue([]byte("x"), v)
+		if err != nil || !bytes.Equal(got, append([]byte("x"), want...)) {
+			t.Errorf("AppendValue(%#v) = %s, %v; want %s", v, got, err, want)
+		}
+	}
+	got, err := AppendValue(nil, map[string]any{"b": selfWritten(7), "a": selfWritten(-1)})
+	if want := `{"a":{"n":-1},"b":{"n":7}}`; err != nil || string(got) != want {
+		t.Errorf("AppendValue of Appenders = %s, %v; want %s", got, err, want)
+	}
+	if _, err := AppendValue(nil, map[string]any{"a": 1, "b": make(chan int)}); err == nil {
+		t.Error("AppendValue accepted a channel")
+	}
+}
+
+// FuzzAppendValue checks maps of strings, numbers and bools, and string
+// maps, against encoding/json.
+func FuzzAppendValue(f *testing.F) {
+	f.Add("k", "v<>&", int64(-3), true)
+	f.Add("\xff", "\u2028", int64(0), false)
+	f.Fuzz(func(t *testing.T, k, s string, n int64, flag bool) {
+		v := map[string]any{k: s, s: n, "flag": flag, "inner": map[string]any{k: int(n), "s": s}}
+		want, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := AppendValue(nil, v); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("AppendValue = %s, %v; want %s", got, err, want)
+		}
+		m := map[string]string{k: s, s: k}
+		if want, _ := json.Marshal(m); !bytes.Equal(AppendStringMap(nil, m), want) {
+			t.Fatalf("AppendStringMap = %s, want %s", AppendStringMap(nil, m), want)
+		}
+	})
+}
+
 // TestAppendJoinedAllocates checks that halves split at a whole character
 // are not joined into a new string.
 func TestAppendJoinedAllocates(t *testing.T) {
@@ -47,3 +93,8 @@ func TestAppendJoinedAllocates(t *testing.T) {
 		t.Fatalf("AppendJoined allocates %v times per call, want 0", n)
 	}
 }
+
+// selfWritten writes its own JSON, {"n":<n>}.
+type selfWritten int
+
+func (s selfWritten) AppendJSON(b []byte) []byte { return append(AppendInt(b, `{"n":`, int64(s)), '}') }

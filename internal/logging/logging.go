@@ -1,7 +1,8 @@
 // Package logging builds the process logger from its configuration (YAML
 // section "log"): log/slog with the text (logfmt-style key=value) or JSON
-// handler at the configured level. Every component receives the logger it
-// is given; nothing here is global.
+// handler at the configured level, and With, a logger with attributes for
+// one unit of work that costs nothing to format until it logs. Every
+// component receives the logger it is given; nothing here is global.
 package logging
 
 import (

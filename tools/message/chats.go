@@ -53,7 +53,7 @@ type chatRecord struct {
 // send_message can tell a user's own chats: a chat is owned by a user when
 // it is not a group chat and that user is the only one ever seen in it.
 // The records live in bbolt and are read from there whenever ownership is
-// asked. Recording every turn costs a map lookup: a bounded cache
+// asked. Recording every turn costs a map lookup and no allocation: a bounded cache
 // (maxCachedChats) of recently recorded chats says when nothing new is
 // learnt; a new chat, a new user in a chat or a chat found to be a group
 // is merged into the stored record in one transaction, outside the lock
@@ -66,7 +66,7 @@ type Chats struct {
 	db *bolt.DB
 
 	mu    sync.Mutex
-	cache map[string]chatRecord // at most maxCachedChats; emptied when full
+	cache map[Chat]chatRecord // at most maxCachedChats; emptied when full
 }
 
 // maxCachedChats bounds Chats' cache of recently recorded chats.
@@ -75,7 +75,7 @@ const maxCachedChats = 4096
 // NewChats opens the chat records of db (creating the bucket). db stays
 // the caller's to close.
 func NewChats(db *bolt.DB) (*Chats, error) {
-	c := &Chats{db: db, cache: make(map[string]chatRecord)}
+	c := &Chats{db: db, cache: make(map[Chat]chatRecord)}
 	if err := db.Update(func(tx *bolt.Tx) error {
 		_, err := tx.CreateBucketIfNotExists(bucketChats)
 		return err
@@ -91,13 +91,21 @@ func (c *Chats) Record(s tools.Session) error {
 		return nil
 	}
 	chat := Chat{Channel: s.Channel, ChatID: s.ChatID, ThreadID: s.Thread()}
-	k := chat.key()
 	c.mu.Lock()
-	r, known := c.cache[k]
+	r, known := c.cache[chat]
 	c.mu.Unlock()
 	if known && !learns(&r, s) {
 		return nil
 	}
+	return c.write(chat, s)
+}
+
+// write merges what s tells about chat into its stored record and caches
+// the result. (Its own function: the record the transaction fills in lives
+// on the heap, which Record's check of the cache must not pay for.)
+func (c *Chats) write(chat Chat, s tools.Session) error {
+	k := chat.key()
+	var r chatRecord
 	err := c.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketChats)
 		stored := false
@@ -121,9 +129,9 @@ func (c *Chats) Record(s tools.Session) error {
 	}
 	c.mu.Lock()
 	if len(c.cache) >= maxCachedChats {
-		c.cache = make(map[string]chatRecord) // a Go map keeps its memory after deletes
+		c.cache = make(map[Chat]chatRecord) // a Go map keeps its memory after deletes
 	}
-	c.cache[k] = r
+	c.cache[chat] = r
 	c.mu.Unlock()
 	return nil
 }
