@@ -38,12 +38,12 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
+	"github.com/switchboard-chat/switchboard/internal/groupcommit"
 	"github.com/switchboard-chat/switchboard/memory"
 )
 
@@ -126,9 +126,9 @@ type Store struct {
 	mu     sync.RWMutex
 	closed bool
 
-	// inflight counts writes in progress; a write that finds no other one
-	// commits directly instead of waiting MaxBatchDelay for company.
-	inflight atomic.Int64
+	// group commits the writes: concurrent ones share a transaction, one
+	// alone commits directly instead of waiting MaxBatchDelay for company.
+	group *groupcommit.Writer
 
 	marks marks
 }
@@ -209,7 +209,7 @@ func Open(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
-	s := &Store{db: db, path: path}
+	s := &Store{db: db, path: path, group: groupcommit.New(db)}
 	s.marks.delay = opts.MarkDelay
 	return s, nil
 }
@@ -339,11 +339,7 @@ func (s *Store) write(fn func(*bolt.Tx) error) error {
 		}
 		return s.marks.apply(tx)
 	}
-	defer s.inflight.Add(-1)
-	if s.inflight.Add(1) == 1 {
-		return s.db.Update(withMarks)
-	}
-	return s.db.Batch(withMarks)
+	return s.group.Update(withMarks)
 }
 
 // CommitTurn implements [memory.Store]. It validates rec (errors wrap

@@ -12,6 +12,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/switchboard-chat/switchboard/internal/groupcommit"
 	"github.com/switchboard-chat/switchboard/tools"
 )
 
@@ -56,14 +57,15 @@ type chatRecord struct {
 // asked. Recording every turn costs a map lookup and no allocation: a bounded cache
 // (maxCachedChats) of recently recorded chats says when nothing new is
 // learnt; a new chat, a new user in a chat or a chat found to be a group
-// is merged into the stored record in one transaction, outside the lock
-// (sessions learning about different chats do not wait for each other's
-// commits). The cache only ever holds what
+// is merged into the stored record in one transaction, outside the lock;
+// sessions learning at the same time share a transaction and its fsync
+// (internal/groupcommit). The cache only ever holds what
 // was stored, so a stale entry can only send Record to the store, never
 // let it skip a write; a hundred thousand quiet chats cost no memory. It
 // is safe for concurrent use.
 type Chats struct {
-	db *bolt.DB
+	db    *bolt.DB
+	group *groupcommit.Writer
 
 	mu    sync.Mutex
 	cache map[Chat]chatRecord // at most maxCachedChats; emptied when full
@@ -75,7 +77,7 @@ const maxCachedChats = 4096
 // NewChats opens the chat records of db (creating the bucket). db stays
 // the caller's to close.
 func NewChats(db *bolt.DB) (*Chats, error) {
-	c := &Chats{db: db, cache: make(map[Chat]chatRecord)}
+	c := &Chats{db: db, group: groupcommit.New(db), cache: make(map[Chat]chatRecord)}
 	if err := db.Update(func(tx *bolt.Tx) error {
 		_, err := tx.CreateBucketIfNotExists(bucketChats)
 		return err
@@ -106,7 +108,7 @@ func (c *Chats) Record(s tools.Session) error {
 func (c *Chats) write(chat Chat, s tools.Session) error {
 	k := chat.key()
 	var r chatRecord
-	err := c.db.Update(func(tx *bolt.Tx) error {
+	err := c.group.Update(func(tx *bolt.Tx) error { // may run twice: r is set from the bucket each time
 		b := tx.Bucket(bucketChats)
 		stored := false
 		if v := b.Get([]byte(k)); v != nil {

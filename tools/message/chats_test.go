@@ -1,7 +1,9 @@
 package message_test
 
 import (
+	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -60,4 +62,42 @@ func TestRecordKnownChatIsFree(t *testing.T) {
 func pageWrites(db *bolt.DB) int64 {
 	st := db.Stats()
 	return st.TxStats.GetWrite()
+}
+
+// Sessions recording new chats at the same moment share transactions
+// (internal/groupcommit) and lose none of them: each chat is its user's,
+// and one written twice by two users at once is nobody's.
+func TestConcurrentRecordsLoseNothing(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "tools.db"))
+	t.Cleanup(func() { _ = db.Close() })
+	c, err := message.NewChats(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if err := c.Record(sess("telegram", fmt.Sprint(1000+i), fmt.Sprint("u", i))); err != nil {
+				t.Error(err)
+			}
+			if err := c.Record(sess("slack", "shared", fmt.Sprint("u", i))); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	fresh, err := message.NewChats(db) // no cache: what the file holds
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		chat := message.Chat{Channel: "telegram", ChatID: fmt.Sprint(1000 + i)}
+		if !fresh.Owns(chat, fmt.Sprint("u", i)) {
+			t.Errorf("%v is not u%d's", chat, i)
+		}
+		if fresh.Owns(message.Chat{Channel: "slack", ChatID: "shared"}, fmt.Sprint("u", i)) {
+			t.Errorf("the shared chat is u%d's", i)
+		}
+	}
 }

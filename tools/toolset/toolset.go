@@ -123,6 +123,10 @@ func Open(cfg Config, ws *workspace.Workspace, pub Publisher, log *slog.Logger, 
 	if err != nil {
 		return nil, fmt.Errorf("tools: open %s: %w", path, err)
 	}
+	// Concurrent writes (new chats recorded by many sessions at once)
+	// share a transaction, waiting at most this long for each other; the
+	// history's default, not bbolt's 10 ms.
+	db.MaxBatchDelay = 2 * time.Millisecond
 	s, err := assemble(cfg, ws, db, pub, log, p, extra)
 	if err != nil {
 		_ = db.Close()
