@@ -29,6 +29,7 @@ type Client struct {
 	backoff func(attempt int, rateLimited bool) time.Duration
 	sleep   func(ctx context.Context, d time.Duration) error
 	now     func() time.Time
+	rules   reasoningRules // per model and settings: reasoning model or not
 }
 
 // Option customises a Client.
@@ -271,7 +272,7 @@ func (c *Client) build(req *Request) (*requestBuffer, error) {
 		return nil, errors.New("llm: request: set Tools or ToolSet, not both")
 	}
 	ntools := len(req.Tools) + req.ToolSet.Len()
-	w, err := resolve(c.cfg, req, ntools)
+	w, err := resolve(c.cfg, req, ntools, &c.rules)
 	if err != nil {
 		return nil, err
 	}

@@ -133,3 +133,33 @@ func TestAssemblerNameAndOrder(t *testing.T) {
 		}
 	}
 }
+
+// The reasoning-model rules are worked out once per model and settings:
+// the same answers as asking go-openai's validator every time, and a
+// remembered answer costs no allocation.
+func TestReasoningRulesRemembered(t *testing.T) {
+	var rules reasoningRules
+	for _, k := range []reasoningKey{
+		{model: "gpt-4o", maxTokens: 100, temperature: 0.7, tools: true},
+		{model: "gpt-5", maxTokens: 100, temperature: 0.7, tools: true},
+		{model: "o3-mini", maxTokens: 0, temperature: 1},
+		{model: "local-llama", maxTokens: 4096, temperature: 0.2},
+	} {
+		want := checkReasoning(k)
+		for range 2 {
+			got, err := rules.of(k)
+			if got != want.reasoning || (err == nil) != (want.err == nil) {
+				t.Errorf("%+v: %v, %v; the validator says %v, %v", k, got, err, want.reasoning, want.err)
+			}
+		}
+		if n := testing.AllocsPerRun(20, func() { _, _ = rules.of(k) }); n != 0 {
+			t.Errorf("%+v: %v allocations for a remembered rule", k, n)
+		}
+	}
+	if r, _ := rules.of(reasoningKey{model: "gpt-5", maxTokens: 10, temperature: 0.5}); !r {
+		t.Error("gpt-5 is not a reasoning model")
+	}
+	if r, _ := rules.of(reasoningKey{model: "gpt-4o", maxTokens: 10, temperature: 0.5}); r {
+		t.Error("gpt-4o is a reasoning model")
+	}
+}

@@ -102,8 +102,9 @@ func wireTemperature(t float32) float32 {
 var toolMarker [1]openai.Tool
 
 // resolve fills the model, max_tokens and temperature from cfg where req
-// leaves them unset, and applies the rules of reasoning models.
-func resolve(cfg Config, req *Request, ntools int) (wireRequest, error) {
+// leaves them unset, and applies the rules of reasoning models (rules
+// remembers them per model and settings; nil works them out every time).
+func resolve(cfg Config, req *Request, ntools int, rules *reasoningRules) (wireRequest, error) {
 	w := wireRequest{model: cfg.Model, maxTokens: cfg.MaxTokens, temperature: wireTemperature(cfg.Temperature), hasTemperature: true}
 	if req.Model != "" {
 		w.model = req.Model
@@ -121,23 +122,75 @@ func resolve(cfg Config, req *Request, ntools int) (wireRequest, error) {
 		}
 		w.temperature = wireTemperature(t)
 	}
-	// Reasoning models (o-series, gpt-5, ...) refuse max_tokens and any
-	// temperature but 1; go-openai's validator knows which. Use
-	// max_completion_tokens and the default temperature for them.
-	probe := openai.ChatCompletionRequest{Model: w.model, Temperature: w.temperature, Tools: toolMarker[:min(ntools, 1)]}
-	//lint:ignore SA1019 OpenAI-compatible servers (Ollama, vLLM, llama.cpp) read max_tokens; max_completion_tokens is OpenAI's newer name
-	probe.MaxTokens = w.maxTokens
-	if openai.NewReasoningValidator().Validate(probe) != nil {
-		//lint:ignore SA1019 OpenAI-compatible servers (Ollama, vLLM, llama.cpp) read max_tokens; max_completion_tokens is OpenAI's newer name
-		probe.MaxCompletionTokens, probe.MaxTokens = w.maxTokens, 0
-		probe.Temperature = 0
-		if err := openai.NewReasoningValidator().Validate(probe); err != nil {
-			return w, fmt.Errorf("llm: model %q: %w", w.model, err)
-		}
+	reasoning, err := rules.of(reasoningKey{model: w.model, maxTokens: w.maxTokens, temperature: w.temperature, tools: ntools > 0})
+	if err != nil {
+		return w, err
+	}
+	if reasoning {
 		w.maxCompletion, w.maxTokens = w.maxTokens, 0
 		w.temperature, w.hasTemperature = 0, false
 	}
 	return w, nil
+}
+
+// reasoningKey is what decides whether a request follows the rules of
+// reasoning models.
+type reasoningKey struct {
+	model       string
+	maxTokens   int
+	temperature float32
+	tools       bool
+}
+
+// reasoningRule is the outcome for one key.
+type reasoningRule struct {
+	reasoning bool
+	err       error
+}
+
+// reasoningRules remembers the outcome per key: go-openai's validator
+// takes its request by value (a large struct, twice per request). The
+// keys are the configured models and settings, a handful. Safe for
+// concurrent use; nil remembers nothing.
+type reasoningRules struct{ m sync.Map } // reasoningKey → reasoningRule
+
+// of reports whether k is a reasoning model's request (max_completion_tokens
+// and the default temperature instead of max_tokens and temperature), or
+// the error of a request that no setting makes valid.
+func (r *reasoningRules) of(k reasoningKey) (bool, error) {
+	if r != nil {
+		if v, ok := r.m.Load(k); ok {
+			rule := v.(reasoningRule)
+			return rule.reasoning, rule.err
+		}
+	}
+	rule := checkReasoning(k)
+	if r != nil {
+		r.m.Store(k, rule)
+	}
+	return rule.reasoning, rule.err
+}
+
+// checkReasoning asks go-openai's validator: reasoning models (o-series,
+// gpt-5, ...) refuse max_tokens and any temperature but 1; use
+// max_completion_tokens and the default temperature for them.
+func checkReasoning(k reasoningKey) reasoningRule {
+	probe := openai.ChatCompletionRequest{Model: k.model, Temperature: k.temperature}
+	if k.tools {
+		probe.Tools = toolMarker[:]
+	}
+	//lint:ignore SA1019 OpenAI-compatible servers (Ollama, vLLM, llama.cpp) read max_tokens; max_completion_tokens is OpenAI's newer name
+	probe.MaxTokens = k.maxTokens
+	if openai.NewReasoningValidator().Validate(probe) == nil {
+		return reasoningRule{}
+	}
+	//lint:ignore SA1019 OpenAI-compatible servers (Ollama, vLLM, llama.cpp) read max_tokens; max_completion_tokens is OpenAI's newer name
+	probe.MaxCompletionTokens, probe.MaxTokens = k.maxTokens, 0
+	probe.Temperature = 0
+	if err := openai.NewReasoningValidator().Validate(probe); err != nil {
+		return reasoningRule{err: fmt.Errorf("llm: model %q: %w", k.model, err)}
+	}
+	return reasoningRule{reasoning: true}
 }
 
 // appendBody appends the JSON body of a streaming chat completion request.
