@@ -425,6 +425,19 @@ func atMost(list []string, n int) string {
 // RSS returns the resident memory of process pid (0: this process) in
 // bytes, from /proc (Drive reports 0 where /proc cannot be read).
 func RSS(pid int) (int64, error) {
+	st, err := status(pid)
+	return int64(st.VmRSS), err
+}
+
+// AnonRSS is the part of RSS(pid) that is anonymous memory (the heap,
+// stacks): the rest are file pages (the binary, the memory-mapped
+// history), clean and given back under memory pressure.
+func AnonRSS(pid int) (int64, error) {
+	st, err := status(pid)
+	return int64(st.RssAnon), err
+}
+
+func status(pid int) (procfs.ProcStatus, error) {
 	var p procfs.Proc
 	var err error
 	if pid == 0 {
@@ -433,11 +446,11 @@ func RSS(pid int) (int64, error) {
 		p, err = procfs.NewProc(pid)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("loadgen: rss: %w", err)
+		return procfs.ProcStatus{}, fmt.Errorf("loadgen: rss: %w", err)
 	}
 	st, err := p.NewStatus()
 	if err != nil {
-		return 0, fmt.Errorf("loadgen: rss: %w", err)
+		return procfs.ProcStatus{}, fmt.Errorf("loadgen: rss: %w", err)
 	}
-	return int64(st.VmRSS), nil
+	return st, nil
 }
