@@ -87,6 +87,7 @@ func benchTurns(b *testing.B, sessions int, filesOnly, apart bool) {
 	b.ReportMetric(r.TurnsPerSecond, "turns/s")
 	b.ReportMetric(r.P50Ms, "p50_ms")
 	b.ReportMetric(r.P99Ms, "p99_ms")
+	b.ReportMetric(r.MaxMs, "max_ms")
 	b.ReportMetric(r.TurnMs, "turn_ms")
 	b.ReportMetric(r.ModelMs, "model_ms")
 	b.ReportMetric(r.CommitMs, "commit_ms")
