@@ -1,29 +1,11 @@
 package agent
 
 import (
-	"bytes"
-	"encoding/json"
 	"testing"
 
-	"github.com/switchboard-chat/switchboard/internal/jsonwire"
+	"github.com/switchboard-chat/switchboard/internal/jsonwire/jsonwiretest"
 	"github.com/switchboard-chat/switchboard/llm"
 )
-
-// checkEventData: v writes what json.Marshal writes for it and for the
-// map the event used to carry.
-func checkEventData(t *testing.T, v jsonwire.Appender, old any) {
-	t.Helper()
-	want, err := json.Marshal(old)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if self, _ := json.Marshal(v); !bytes.Equal(self, want) {
-		t.Errorf("json.Marshal(%#v) = %s, want %s", v, self, want)
-	}
-	if got := v.AppendJSON([]byte("x")); !bytes.Equal(got, append([]byte("x"), want...)) {
-		t.Errorf("AppendJSON(%#v) = %s, want %s", v, got[1:], want)
-	}
-}
 
 func turnEndMap(d turnEndData) map[string]any {
 	return map[string]any{"id": d.ID, "steps": d.Steps, "kind": d.Kind, "stop_reason": d.StopReason, "usage": d.Usage}
@@ -33,12 +15,12 @@ func turnEndMap(d turnEndData) map[string]any {
 // events is byte for byte what their maps gave.
 func TestEventDataBytes(t *testing.T) {
 	for _, id := range []string{"", "m1", "<&>\u2028\xff\"\\"} {
-		checkEventData(t, turnStartData{ID: id}, map[string]any{"id": id})
-		checkEventData(t, deltaData{Text: id}, map[string]any{"text": id})
+		jsonwiretest.CheckAppender(t, turnStartData{ID: id}, map[string]any{"id": id})
+		jsonwiretest.CheckAppender(t, deltaData{Text: id}, map[string]any{"text": id})
 	}
 	for _, d := range []turnEndData{{},
 		{ID: "m<1>", Kind: "reply", Steps: 2, StopReason: "completed", Usage: llm.Usage{PromptTokens: 900, CompletionTokens: 12, TotalTokens: 912}}} {
-		checkEventData(t, d, turnEndMap(d))
+		jsonwiretest.CheckAppender(t, d, turnEndMap(d))
 	}
 }
 
@@ -49,8 +31,8 @@ func FuzzEventData(f *testing.F) {
 	f.Add("\xff<", "\u2028", "&", -1, 0)
 	f.Fuzz(func(t *testing.T, id, kind, stop string, steps, tokens int) {
 		d := turnEndData{ID: id, Kind: kind, Steps: steps, StopReason: stop, Usage: llm.Usage{PromptTokens: tokens, CompletionTokens: steps, TotalTokens: tokens + steps}}
-		checkEventData(t, d, turnEndMap(d))
-		checkEventData(t, deltaData{Text: kind}, map[string]any{"text": kind})
-		checkEventData(t, turnStartData{ID: id}, map[string]any{"id": id})
+		jsonwiretest.CheckAppender(t, d, turnEndMap(d))
+		jsonwiretest.CheckAppender(t, deltaData{Text: kind}, map[string]any{"text": kind})
+		jsonwiretest.CheckAppender(t, turnStartData{ID: id}, map[string]any{"id": id})
 	})
 }

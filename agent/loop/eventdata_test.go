@@ -1,43 +1,25 @@
 package loop
 
 import (
-	"bytes"
-	"encoding/json"
 	"testing"
 
-	"github.com/switchboard-chat/switchboard/internal/jsonwire"
+	"github.com/switchboard-chat/switchboard/internal/jsonwire/jsonwiretest"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/tools"
 )
-
-// checkEventData: v writes what json.Marshal writes for it and for the
-// map the event used to carry.
-func checkEventData(t *testing.T, v jsonwire.Appender, old any) {
-	t.Helper()
-	want, err := json.Marshal(old)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if self, _ := json.Marshal(v); !bytes.Equal(self, want) {
-		t.Errorf("json.Marshal(%#v) = %s, want %s", v, self, want)
-	}
-	if got := v.AppendJSON([]byte("x")); !bytes.Equal(got, append([]byte("x"), want...)) {
-		t.Errorf("AppendJSON(%#v) = %s, want %s", v, got[1:], want)
-	}
-}
 
 // TestEventDataBytes: the typed data of usage, step_end and post-turn
 // tool_result events is byte for byte what the maps and llm.Usage gave.
 func TestEventDataBytes(t *testing.T) {
 	for _, u := range []llm.Usage{{}, {PromptTokens: 1200, CompletionTokens: 34, TotalTokens: 1234}, {PromptTokens: -1}} {
-		checkEventData(t, usageData(u), u)
+		jsonwiretest.CheckAppender(t, usageData(u), u)
 	}
 	for _, d := range []stepEndData{{}, {Step: 3, ToolCalls: 2}} {
-		checkEventData(t, d, map[string]any{"step": d.Step, "tool_calls": d.ToolCalls})
+		jsonwiretest.CheckAppender(t, d, map[string]any{"step": d.Step, "tool_calls": d.ToolCalls})
 	}
 	for _, d := range []postResultData{{Name: "record_chat", Stage: tools.StagePostTurn, Text: "recorded"},
 		{Error: true, Name: "x<y>", Stage: "post_turn", Text: "fail & \u2028 \"q\" \xff"}, {}} {
-		checkEventData(t, d, map[string]any{"name": d.Name, "stage": d.Stage, "error": d.Error, "text": d.Text})
+		jsonwiretest.CheckAppender(t, d, map[string]any{"name": d.Name, "stage": d.Stage, "error": d.Error, "text": d.Text})
 	}
 }
 
@@ -47,9 +29,9 @@ func FuzzEventData(f *testing.F) {
 	f.Add("record_chat", "recorded", 3, true)
 	f.Add("<&>", "\xff\u2029", -7, false)
 	f.Fuzz(func(t *testing.T, name, text string, n int, flag bool) {
-		checkEventData(t, postResultData{Error: flag, Name: name, Stage: text, Text: text},
+		jsonwiretest.CheckAppender(t, postResultData{Error: flag, Name: name, Stage: text, Text: text},
 			map[string]any{"name": name, "stage": text, "error": flag, "text": text})
-		checkEventData(t, usageData{PromptTokens: n, CompletionTokens: -n, TotalTokens: n * 2}, llm.Usage{PromptTokens: n, CompletionTokens: -n, TotalTokens: n * 2})
-		checkEventData(t, stepEndData{Step: n, ToolCalls: -n}, map[string]any{"step": n, "tool_calls": -n})
+		jsonwiretest.CheckAppender(t, usageData{PromptTokens: n, CompletionTokens: -n, TotalTokens: n * 2}, llm.Usage{PromptTokens: n, CompletionTokens: -n, TotalTokens: n * 2})
+		jsonwiretest.CheckAppender(t, stepEndData{Step: n, ToolCalls: -n}, map[string]any{"step": n, "tool_calls": -n})
 	})
 }

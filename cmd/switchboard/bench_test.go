@@ -4,14 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -145,32 +142,12 @@ func BenchmarkSessionMemory(b *testing.B) {
 	b.ReportMetric(float64(r.RSSBytes)/(1<<20), "rss_MB")
 }
 
-// fakellm is cmd/fakellm, built once per test binary.
-var fakellm struct {
-	once sync.Once
-	path string
-	err  error
-}
-
 // startFakeLLM runs cmd/fakellm --mode echo on a free loopback port until
 // the benchmark ends and returns its base URL.
 func startFakeLLM(b *testing.B) string {
-	fakellm.once.Do(func() {
-		dir, err := os.MkdirTemp("", "switchboard-fakellm-")
-		if err != nil {
-			fakellm.err = err
-			return
-		}
-		fakellm.path = filepath.Join(dir, "fakellm")
-		if out, err := exec.Command("go", "build", "-o", fakellm.path, "../fakellm").CombinedOutput(); err != nil {
-			fakellm.err = fmt.Errorf("go build ../fakellm: %v\n%s", err, out)
-		}
-	})
-	if fakellm.err != nil {
-		b.Fatal(fakellm.err)
-	}
+	bin := buildPackage(b, "../fakellm", "fakellm", "", false)
 	banner := make(chan string, 1)
-	cmd := exec.Command(fakellm.path, "--mode", "echo", "--listen", "127.0.0.1:0")
+	cmd := exec.Command(bin, "--mode", "echo", "--listen", "127.0.0.1:0")
 	cmd.Stdout = &firstLine{line: banner}
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)

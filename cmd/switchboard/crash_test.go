@@ -55,7 +55,14 @@ func buildPlainBinary(t testing.TB) string { return buildBinaryRace(t, "", false
 
 func buildBinaryRace(t testing.TB, tags string, race bool) string {
 	t.Helper()
-	key := tags + "/race=" + strconv.FormatBool(race)
+	return buildPackage(t, ".", "switchboard", tags, race)
+}
+
+// buildPackage builds the command in pkg (a path relative to this
+// package's folder) as name, once per test run and build settings.
+func buildPackage(t testing.TB, pkg, name, tags string, race bool) string {
+	t.Helper()
+	key := pkg + "/" + tags + "/race=" + strconv.FormatBool(race)
 	builds.mu.Lock()
 	if builds.bins == nil {
 		builds.bins = map[string]*builtBinary{}
@@ -72,7 +79,7 @@ func buildBinaryRace(t testing.TB, tags string, race bool) string {
 			b.err = err
 			return
 		}
-		b.path = filepath.Join(dir, "switchboard")
+		b.path = filepath.Join(dir, name)
 		args := []string{"build", "-o", b.path}
 		if race {
 			args = append(args, "-race")
@@ -80,7 +87,7 @@ func buildBinaryRace(t testing.TB, tags string, race bool) string {
 		if tags != "" {
 			args = append(args, "-tags", tags)
 		}
-		out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
+		out, err := exec.Command("go", append(args, pkg)...).CombinedOutput()
 		if err != nil {
 			b.err = fmt.Errorf("go build %s: %v\n%s", strings.Join(args, " "), err, out)
 		}

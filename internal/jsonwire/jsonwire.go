@@ -163,13 +163,8 @@ func appendMap(b []byte, m map[string]any) ([]byte, error) {
 		return append(b, "null"...), nil
 	}
 	var arr [16]string
-	keys := arr[:0]
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	b = append(b, '{')
-	for i, k := range keys {
+	for i, k := range sortedKeys(m, arr[:0]) {
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -189,13 +184,8 @@ func AppendStringMap(b []byte, m map[string]string) []byte {
 		return append(b, "null"...)
 	}
 	var arr [16]string
-	keys := arr[:0]
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	b = append(b, '{')
-	for i, k := range keys {
+	for i, k := range sortedKeys(m, arr[:0]) {
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -203,6 +193,16 @@ func AppendStringMap(b []byte, m map[string]string) []byte {
 		b = AppendString(b, m[k])
 	}
 	return append(b, '}')
+}
+
+// sortedKeys appends m's keys to keys (room on the caller's stack for a
+// few) in the order encoding/json writes them.
+func sortedKeys[V any](m map[string]V, keys []string) []string {
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // AppendInt appends a key (with its leading punctuation, e.g. `,"steps":`)

@@ -16,12 +16,7 @@ import (
 // with the same facts writes nothing and allocates nothing (it runs every
 // turn); a new user or a chat found to be a group is still written.
 func TestRecordKnownChatIsFree(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "tools.db"))
-	t.Cleanup(func() { _ = db.Close() })
-	c, err := message.NewChats(db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, c := openChats(t)
 	threaded := aliceDM
 	threaded.ThreadID = "7"
 	for _, s := range []tools.Session{aliceDM, threaded} {
@@ -58,6 +53,18 @@ func TestRecordKnownChatIsFree(t *testing.T) {
 	}
 }
 
+// openChats opens the chat records of a fresh tools.db.
+func openChats(t *testing.T) (*bolt.DB, *message.Chats) {
+	t.Helper()
+	db := openDB(t, filepath.Join(t.TempDir(), "tools.db"))
+	t.Cleanup(func() { _ = db.Close() })
+	c, err := message.NewChats(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, c
+}
+
 // pageWrites is how many pages db's write transactions wrote so far.
 func pageWrites(db *bolt.DB) int64 {
 	st := db.Stats()
@@ -68,12 +75,7 @@ func pageWrites(db *bolt.DB) int64 {
 // (internal/groupcommit) and lose none of them: each chat is its user's,
 // and one written twice by two users at once is nobody's.
 func TestConcurrentRecordsLoseNothing(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "tools.db"))
-	t.Cleanup(func() { _ = db.Close() })
-	c, err := message.NewChats(db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, c := openChats(t)
 	const n = 64
 	var wg sync.WaitGroup
 	for i := range n {
