@@ -186,7 +186,7 @@ func (s *session) finishTurn(ctx context.Context, p *turnPlan, res loop.Result) 
 	}
 	env.stats.answered.Add(1)
 	s.remember(ctx, p, res, msgs, fresh)
-	p.log.LogAttrs(context.Background(), slog.LevelInfo, "turn done", slog.String("stop_reason", res.StopReason), slog.Int("steps", res.Steps),
+	p.log.LogAttrs(ctx, slog.LevelInfo, "turn done", slog.String("stop_reason", res.StopReason), slog.Int("steps", res.Steps),
 		slog.Int("tokens", res.Usage.TotalTokens))
 	env.deps.Observer.TurnDone(env.agent, res.StopReason, p.sink.firstDeltaAfter(), env.opt.Now().Sub(p.now))
 	p.sink.Event(bus.EventTurnEnd, turnEndData{ID: p.in.ID, Steps: res.Steps, Kind: res.Kind, StopReason: res.StopReason, Usage: res.Usage})
