@@ -22,6 +22,7 @@ import (
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bustest"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
+	"github.com/switchboard-chat/switchboard/internal/syncbuf"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
@@ -112,8 +113,7 @@ func freePort(t testing.TB) string {
 // process is one running switchboard binary.
 type process struct {
 	cmd    *exec.Cmd
-	logs   *strings.Builder
-	out    *lockedWriter // guards logs
+	out    *syncbuf.Buffer // its stdout and stderr
 	done   chan error
 	exited atomic.Bool // Wait returned (set before done is sent)
 }
@@ -127,11 +127,9 @@ func startProcess(t testing.TB, bin, config string) *process {
 // environment (e.g. "SWITCHBOARD_FAILPOINT=after-commit").
 func startProcessEnv(t testing.TB, bin, config string, env ...string) *process {
 	t.Helper()
-	p := &process{cmd: exec.Command(bin, "serve", "--config", config), logs: &strings.Builder{}, done: make(chan error, 1)}
+	p := &process{cmd: exec.Command(bin, "serve", "--config", config), out: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	p.cmd.Env = append(os.Environ(), env...)
-	w := &lockedWriter{b: p.logs}
-	p.out = w
-	p.cmd.Stdout, p.cmd.Stderr = w, w
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -148,27 +146,10 @@ func startProcessEnv(t testing.TB, bin, config string, env ...string) *process {
 			<-p.done
 		}
 		if t.Failed() {
-			t.Logf("daemon log:\n%s", w.String())
+			t.Logf("daemon log:\n%s", p.out.String())
 		}
 	})
 	return p
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	b  *strings.Builder
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *lockedWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }
 
 // connectWhenUp connects to the daemon's bus as its operator (with the

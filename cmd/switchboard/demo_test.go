@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/internal/polltest"
 	"github.com/switchboard-chat/switchboard/internal/scripted"
+	"github.com/switchboard-chat/switchboard/internal/syncbuf"
 )
 
 // TestDemoUsesAToolOnlyWhenAsked (issue 21): `switchboard demo` answers
@@ -18,7 +19,7 @@ import (
 func TestDemoUsesAToolOnlyWhenAsked(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	out := &lockedWriter{b: &strings.Builder{}}
+	out := &syncbuf.Buffer{}
 	stdin, typed := io.Pipe()
 	done := make(chan error, 1)
 	go func() { done <- runDemo(ctx, nil, stdin, out, io.Discard) }()

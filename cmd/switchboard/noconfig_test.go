@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/internal/polltest"
+	"github.com/switchboard-chat/switchboard/internal/syncbuf"
 )
 
 // TestExplicitMissingConfigIsAnError (issue 21): --config FILE that does
@@ -64,7 +65,7 @@ func TestServeWithoutConfigFile(t *testing.T) {
 		t.Skip("no unshare, and the default ports 4222 and 9090 are in use")
 	}
 	cmd.Dir = dir
-	logs := &lockedWriter{b: &strings.Builder{}}
+	logs := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/internal/polltest"
+	"github.com/switchboard-chat/switchboard/internal/syncbuf"
 	"github.com/switchboard-chat/switchboard/llm/llmtest"
 )
 
@@ -66,9 +67,9 @@ func TestDaemonNotDumpable(t *testing.T) {
 	dir := t.TempDir()
 	busAddr := freePort(t)
 	config := writeConfig(t, dir, busAddr, "", model.URL())
-	p := &process{cmd: command(bin, "serve", "--config", config), logs: &strings.Builder{}, done: make(chan error, 1)}
+	p := &process{cmd: command(bin, "serve", "--config", config), out: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	p.cmd.Env = append(os.Environ(), "SWITCHBOARD_TEST_SECRET="+secret)
-	w := &lockedWriter{b: p.logs}
+	w := p.out
 	p.cmd.Stdout, p.cmd.Stderr = w, w
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

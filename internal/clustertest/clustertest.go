@@ -34,6 +34,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchboard-chat/switchboard/internal/syncbuf"
 )
 
 // Wait bounds every wait of this package (a node coming up, a meta
@@ -87,7 +89,7 @@ type Node struct {
 	StoreDir    string // JetStream store directory, kept across restarts
 
 	bin, confPath, password string
-	logs                    *logBuffer
+	logs                    *syncbuf.Buffer
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -108,7 +110,7 @@ func Start(t testing.TB, n int) *Cluster {
 	routePass := secret(t)
 	for i := range n {
 		c.Nodes = append(c.Nodes, &Node{Name: fmt.Sprintf("n%d", i+1), ClientAddr: freePort(t), ClusterAddr: freePort(t),
-			StoreDir: t.TempDir(), bin: bin, password: c.Password, logs: &logBuffer{}})
+			StoreDir: t.TempDir(), bin: bin, password: c.Password, logs: &syncbuf.Buffer{}})
 	}
 	dir := t.TempDir()
 	for _, nd := range c.Nodes {
@@ -144,7 +146,7 @@ authorization {
 		for _, nd := range c.Nodes {
 			nd.Kill(t)
 			if t.Failed() && testing.Verbose() {
-				t.Logf("nats-server %s log (the last 80 lines):\n%s", nd.Name, nd.logs.tail(80))
+				t.Logf("nats-server %s log (the last 80 lines):\n%s", nd.Name, lastLines(nd.logs.String(), 80))
 			}
 		}
 	})
@@ -372,11 +374,11 @@ func (nd *Node) until(t testing.TB, what string, try func() error) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("nats-server %s did not %s within %s: %v\n%s", nd.Name, what, Wait, err, nd.logs.tail(40))
+			t.Fatalf("nats-server %s did not %s within %s: %v\n%s", nd.Name, what, Wait, err, lastLines(nd.logs.String(), 40))
 		}
 		select {
 		case <-done:
-			t.Fatalf("nats-server %s exited while waiting to %s:\n%s", nd.Name, what, nd.logs.tail(40))
+			t.Fatalf("nats-server %s exited while waiting to %s:\n%s", nd.Name, what, lastLines(nd.logs.String(), 40))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -402,26 +404,8 @@ func secret(t testing.TB) string {
 	return hex.EncodeToString(b)
 }
 
-// logBuffer collects a process's output for printing on failure.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// tail returns the last n lines.
-func (l *logBuffer) tail(n int) string {
-	lines := strings.Split(strings.TrimRight(l.String(), "\n"), "\n")
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

@@ -159,6 +159,19 @@ func AppendValue(b []byte, v any) ([]byte, error) {
 // appendMap appends m with its keys sorted, as encoding/json does; a nil
 // map is null.
 func appendMap(b []byte, m map[string]any) ([]byte, error) {
+	return appendSorted(b, m, AppendValue)
+}
+
+// AppendStringMap appends m with its keys sorted, as json.Marshal encodes
+// a map[string]string; a nil map is null.
+func AppendStringMap(b []byte, m map[string]string) []byte {
+	b, _ = appendSorted(b, m, func(b []byte, s string) ([]byte, error) { return AppendString(b, s), nil })
+	return b
+}
+
+// appendSorted appends m as a JSON object with its keys sorted (null when
+// nil), each value written by value; the first error ends it.
+func appendSorted[V any](b []byte, m map[string]V, value func([]byte, V) ([]byte, error)) ([]byte, error) {
 	if m == nil {
 		return append(b, "null"...), nil
 	}
@@ -170,29 +183,11 @@ func appendMap(b []byte, m map[string]any) ([]byte, error) {
 		}
 		b = append(AppendString(b, k), ':')
 		var err error
-		if b, err = AppendValue(b, m[k]); err != nil {
+		if b, err = value(b, m[k]); err != nil {
 			return b, err
 		}
 	}
 	return append(b, '}'), nil
-}
-
-// AppendStringMap appends m with its keys sorted, as json.Marshal encodes
-// a map[string]string; a nil map is null.
-func AppendStringMap(b []byte, m map[string]string) []byte {
-	if m == nil {
-		return append(b, "null"...)
-	}
-	var arr [16]string
-	b = append(b, '{')
-	for i, k := range sortedKeys(m, arr[:0]) {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(AppendString(b, k), ':')
-		b = AppendString(b, m[k])
-	}
-	return append(b, '}')
 }
 
 // sortedKeys appends m's keys to keys (room on the caller's stack for a
