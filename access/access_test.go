@@ -320,3 +320,31 @@ func TestAllowUsersFollowReload(t *testing.T) {
 		t.Fatalf("slack after the reload: %q", l)
 	}
 }
+
+// TestOwnersOnAuthenticatedChannels: an owner approves pairing codes and
+// changes the shared prompt files, so access.owners may name only users
+// of the built-in channels, whose ids the platform authenticates: an
+// entry on a bridge's channel (the bridge chooses its user ids) or on no
+// built-in channel is a configuration error naming the entry. The
+// console's users are owners.
+func TestOwnersOnAuthenticatedChannels(t *testing.T) {
+	bridges := map[string][]string{"wx": {"wechat", "line"}}
+	c := Config{Owners: []string{"telegram:1", "wechat:boss", "slack:U1", "myapp:7", "console:op", "web:ann", "openai:svc"}}.WithBridges(bridges)
+	err := c.Validate()
+	for _, want := range []string{
+		"access.owners[1]: wechat:boss is on channel wechat of the bridge bus.bridges.wx, which chooses its users' ids itself",
+		"access.owners[3]: myapp:7 is not on a built-in channel (console, openai, slack, telegram, web)",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate = %v, want %q", err, want)
+		}
+	}
+	for _, ok := range []string{"owners[0]", "owners[2]", "owners[4]", "owners[5]", "owners[6]"} {
+		if err != nil && strings.Contains(err.Error(), ok) {
+			t.Errorf("Validate refused a built-in channel's owner: %v", err)
+		}
+	}
+	if !c.Owner("console", "op") || !c.Owner("console", "anyone") || c.Owner("console", "") || c.Owner("wechat", "x") || !c.Owner("slack", "U1") {
+		t.Error("Owner: the console's users are owners, a listed user is, nobody else")
+	}
+}

@@ -6,10 +6,14 @@
 //
 //   - Config is the "access" section: access.dm_policy.<channel> is
 //     pairing, allowlist or open; access.owners lists the users who may
-//     approve codes, as <channel>:<user_id>. Telegram and Slack default to
-//     pairing; every other channel (console, web, openai, the bus bridges)
-//     is open, because it authenticates its own users; Validate refuses a
-//     policy other than open for them, since nothing would enforce it.
+//     approve codes and change the agent's shared prompt inputs, as
+//     <channel>:<user_id> on a built-in channel ([Authenticated]; a
+//     bridge's channel is refused: the bridge chooses its user ids), and
+//     the operator's console ([Console]) counts as an owner too. Telegram
+//     and Slack default to pairing; every other channel (console, web,
+//     openai, the bus bridges) is open, because it authenticates its own
+//     users; Validate refuses a policy other than open for them, since
+//     nothing would enforce it.
 //   - The gate sits in the Telegram and Slack adapters, where allow_users
 //     already sits: a message of a user not on allow_users asks
 //     [Store.Check] before it is published. A refused message never reaches
@@ -65,6 +69,17 @@ const (
 	Open      Policy = "open"      // everyone may talk
 )
 
+// Console is the channel of the operator's `switchboard chat`: only the
+// daemon's own account (the operator's credential) publishes on it, so its
+// users are the operator and count as owners ([Config.Owner]).
+const Console = "console"
+
+// Authenticated are the built-in channels, whose user ids the platform or
+// the daemon authenticates (a Telegram or Slack account, a web or API
+// login, the operator's console): the only channels access.owners may
+// name. A bridge chooses the user ids of its channels itself.
+var Authenticated = []string{Console, "openai", "slack", "telegram", "web"}
+
 // Gated are the channels whose adapters ask the gate; every other channel
 // authenticates its own users (web and openai logins, bus bridge
 // credentials, the console's operator) and can only be open.
@@ -76,9 +91,19 @@ type Config struct {
 	// its default (pairing for Telegram and Slack, open for the others).
 	DMPolicy map[string]Policy `yaml:"dm_policy"`
 	// Owners are the users who may approve pairing codes from a chat
-	// (/pair approve CODE), as <channel>:<user_id>. They are admitted on
-	// their channel without being on its allow list.
+	// (/pair approve CODE) and change the agent's shared prompt inputs
+	// (AGENT.md, USER.md, RULE.md, MEMORY.md, HEARTBEAT.md, skills/, the
+	// shared memory), as <channel>:<user_id> on a built-in channel
+	// ([Authenticated]). They are admitted on their channel without being
+	// on its allow list. The operator's console counts as an owner
+	// without being listed.
 	Owners []string `yaml:"owners"`
+	// Bridged are the channels of the declared bridges
+	// (bus.bridges.<name>.channels, not a key of this section), channel
+	// to bridge name: the daemon fills it ([Config.WithBridges]) so that
+	// Validate refuses an owner on a channel whose user ids a bridge
+	// chooses.
+	Bridged map[string]string `yaml:"-"`
 	// AllowUsers are the channels' allow_users lists (channels.<name>.
 	// allow_users, not a key of this section), by channel name: the
 	// daemon fills it from its configuration so that a reload puts them
@@ -150,9 +175,24 @@ func (c Config) Policy(channel string) Policy {
 	return Open
 }
 
-// Owner reports whether channel:user is in owners.
+// WithBridges returns c carrying the declared bridges' channels
+// (Config.Bridged): bridges maps each bus.bridges.<name> to its channels.
+func (c Config) WithBridges(bridges map[string][]string) Config {
+	c.Bridged = map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(bridges)) {
+		for _, ch := range bridges[name] {
+			if _, taken := c.Bridged[ch]; !taken {
+				c.Bridged[ch] = name
+			}
+		}
+	}
+	return c
+}
+
+// Owner reports whether channel:user is an owner: listed in owners, or a
+// user of the operator's console ([Console]).
 func (c Config) Owner(channel, user string) bool {
-	return user != "" && slices.Contains(c.Owners, channel+":"+user)
+	return user != "" && (channel == Console || slices.Contains(c.Owners, channel+":"+user))
 }
 
 // Validate reports every problem, each naming its key.
@@ -169,11 +209,28 @@ func (c Config) Validate() error {
 		}
 	}
 	for i, o := range c.Owners {
-		if _, err := ParseUser(o); err != nil {
+		if err := c.checkOwner(o); err != nil {
 			errs = append(errs, fmt.Errorf("access.owners[%d]: %w", i, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkOwner checks one entry of owners: well-formed, on a built-in
+// channel, not on a bridge's.
+func (c Config) checkOwner(o string) error {
+	u, err := ParseUser(o)
+	if err != nil {
+		return err
+	}
+	if b, ok := c.Bridged[u[0]]; ok {
+		return fmt.Errorf("%s is on channel %s of the bridge bus.bridges.%s, which chooses its users' ids itself, so anyone behind the bridge could act as this owner "+
+			"(approve pairing codes, change the shared prompt files); owners must be on a built-in channel (%s)", o, u[0], b, strings.Join(Authenticated, ", "))
+	}
+	if !slices.Contains(Authenticated, u[0]) {
+		return fmt.Errorf("%s is not on a built-in channel (%s), whose user ids are authenticated; owners must be", o, strings.Join(Authenticated, ", "))
+	}
+	return nil
 }
 
 // ParseUser splits "<channel>:<user_id>".

@@ -139,7 +139,8 @@ func (s *Store) AllowUsers(channel string) ([]string, bool) {
 	return l, ok
 }
 
-// Owner reports whether channel:user is in access.owners.
+// Owner reports whether channel:user is an owner in force
+// ([Config.Owner]: in access.owners, or on the operator's console).
 func (s *Store) Owner(channel, user string) bool { return s.cfg.Load().Owner(channel, user) }
 
 // opCtx bounds one operation on the state: the gate's callers (the

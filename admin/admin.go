@@ -4,9 +4,10 @@
 // that the daemon's components report into, and a mux that later features
 // (metrics, the MCP servers' status at /mcp) mount handlers on.
 //
-// The server listens on admin.listen (default 127.0.0.1:9090); an empty
-// address turns it off while keeping the readiness registry usable;
-// [Check] tells `switchboard check` whether admin.listen is free.
+// The server listens on admin.listen (default 127.0.0.1:9090), bounded as
+// every HTTP listener of the daemon is (package httpserve, [Server.SetHTTP]);
+// an empty address turns it off while keeping the readiness registry
+// usable; [Check] tells `switchboard check` whether admin.listen is free.
 package admin
 
 import (
@@ -23,6 +24,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/switchboard-chat/switchboard/internal/httpserve"
 )
 
 // DefaultListen is the default admin.listen address.
@@ -94,6 +97,7 @@ type Server struct {
 	started   atomic.Bool
 	addr      atomic.Pointer[string]
 	listening chan struct{}
+	http      atomic.Pointer[httpserve.Servers] // SetHTTP; nil: httpserve's defaults
 }
 
 // New returns a server for cfg. It does no I/O; Run binds the listener. A
@@ -201,6 +205,12 @@ func (s *Server) Handler() http.Handler { return s.mux }
 // pattern. It may be called before or while Run serves.
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
+// SetHTTP makes hs bound the server's listener and server (connections
+// per client and in all, timeouts; counted as "admin"): the daemon's
+// shared [httpserve.Servers]. Call it before Run; without it Run uses
+// httpserve's defaults.
+func (s *Server) SetHTTP(hs *httpserve.Servers) { s.http.Store(hs) }
+
 // Listening returns a channel that is closed once Run has bound its
 // listener, or at once when Run starts with the server disabled. Addr is
 // valid after it is closed.
@@ -235,8 +245,8 @@ func (s *Server) Run(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return nil // cancelled before it started: nothing to serve
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
+	hs := s.http.Load()
+	ln, err := hs.Listen(ctx, "admin", s.cfg.Listen)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -248,29 +258,7 @@ func (s *Server) Run(ctx context.Context) error {
 	close(s.listening)
 	s.log.InfoContext(ctx, "admin server listening", "addr", addr)
 
-	srv := &http.Server{
-		Handler:           s.mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
-	serveErr := make(chan error, 1)
-	var wg sync.WaitGroup
-	wg.Go(func() { serveErr <- srv.Serve(ln) })
-
-	select {
-	case err := <-serveErr:
-		wg.Wait()
-		return fmt.Errorf("admin: serve on %s: %w", addr, err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		s.log.WarnContext(ctx, "admin server shutdown incomplete", "err", err)
-		_ = srv.Close()
-	}
-	wg.Wait()
-	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := hs.Serve(ctx, ln, s.mux, httpserve.Options{Log: s.log, ShutdownTimeout: ShutdownTimeout}); err != nil {
 		return fmt.Errorf("admin: serve on %s: %w", addr, err)
 	}
 	s.log.InfoContext(ctx, "admin server stopped")

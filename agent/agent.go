@@ -64,8 +64,9 @@ type Toolbox = loop.Toolbox
 // stop reasons, tool names, fixed outcome words. ToolDone, Rollback and
 // BreakerTrip come from the loop (loop.Observer).
 type Observer interface {
-	// Inbound: outcome is accepted, duplicate, rejected_invalid or
-	// rejected_too_large.
+	// Inbound: outcome is accepted, duplicate, rejected_invalid,
+	// rejected_too_large or dead_lettered (a valid message given up:
+	// MaxDeliveries).
 	Inbound(channel, outcome string)
 	// Outbound counts a final outbound message of a kind.
 	Outbound(channel, kind string)

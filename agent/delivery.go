@@ -112,10 +112,101 @@ func (c *courier) forget(d bus.Delivery) {
 // retrier is a delivery that can ask to be redelivered soon (natsbus).
 type retrier interface{ Retry() error }
 
-// untrackAll untracks the deliveries of as.
-func (c *courier) untrackAll(as []answered) {
+// MaxDeliveries bounds the deliveries of an inbound message the runtime
+// fails to answer (the history store or the bus failing, a final the bus
+// refuses): a failure on the MaxDeliveries-th delivery (about two and a
+// half minutes of retries at the bus's growing delays, see
+// natsbus.RetryDelay) gives the message up. A failure the store reports as
+// permanent ([memory.ErrInvalid]) gives it up at once. A message given up
+// is dead-lettered with the failure as its reason, its sender is answered
+// with an error final, and it is terminated: no message is redelivered
+// forever, so none can hold a consumer's acknowledgement window. The count
+// is the bus's (bus.DeliveryInfo.NumDelivered): hand-backs of a flooded
+// session count too, and the embedded bus counts from 1 again after a
+// restart.
+const MaxDeliveries = 10
+
+// outcomeDeadLettered is the Observer.Inbound outcome of a message given
+// up (fail).
+const outcomeDeadLettered = "dead_lettered"
+
+// publishTimeout bounds a dead letter's publishes.
+const publishTimeout = 5 * time.Second
+
+// fail deals with d, which could not be answered because of err: it is
+// left for redelivery (untrack), or given up (deadLetter) when err is
+// permanent or d was delivered MaxDeliveries times. While ctx is done
+// (shutdown) it is always left for the next start.
+func (c *courier) fail(ctx context.Context, d bus.Delivery, err error) {
+	n := d.Info().NumDelivered
+	switch {
+	case ctx.Err() != nil:
+		c.untrack(d)
+	case errors.Is(err, memory.ErrInvalid):
+		c.deadLetter(ctx, d, fmt.Errorf("%w: refused for good: %w", bus.ErrUnprocessable, err), outcomeDeadLettered)
+	case n >= MaxDeliveries:
+		c.deadLetter(ctx, d, fmt.Errorf("%w after %d deliveries: %w", bus.ErrUnprocessable, n, err), outcomeDeadLettered)
+	default:
+		c.untrack(d)
+	}
+}
+
+// failAll is fail for the deliveries of as.
+func (c *courier) failAll(ctx context.Context, as []answered, err error) {
 	for _, a := range as {
-		c.untrack(a.d)
+		c.fail(ctx, a.d, err)
+	}
+}
+
+// deadLetter gives d up: it publishes the dead-letter record (the payload
+// and reason) on the channel's dead-letter subject, answers the sender
+// with an error final when the message is addressable (tellRefused), and
+// terminates d so the bus never delivers it again. outcome is counted as
+// the channel's inbound outcome. A record that cannot be published is
+// logged; d is terminated all the same.
+func (c *courier) deadLetter(ctx context.Context, d bus.Delivery, reason error, outcome string) {
+	c.remove(d)
+	channel := bus.InvalidChannel
+	if ch, _, err := c.subjects.ParseIn(d.Subject()); err == nil && bus.ValidChannel(ch) {
+		channel = ch // a metric label: never a name the rules refuse
+	}
+	c.obs.Inbound(channel, outcome)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	defer cancel()
+	rec := bus.NewDLQRecord(d.Subject(), d.Data(), reason, c.now().UTC())
+	data, err := json.Marshal(rec)
+	if err == nil {
+		err = c.pub.Publish(pctx, c.subjects.DLQFor(d.Subject()), data, "")
+	}
+	if err != nil {
+		c.log.Error("dead-letter publish failed; dropping the message", "subject", d.Subject(), "reason", reason, "err", err)
+	} else {
+		c.log.Warn("inbound message dead-lettered", "subject", d.Subject(), "outcome", outcome, "reason", reason)
+	}
+	c.tellRefused(pctx, d, reason)
+	if err := d.Term(); err != nil {
+		c.log.Warn("term failed", "subject", d.Subject(), "err", err)
+	}
+}
+
+// tellRefused answers a refused message whose subject names a valid
+// channel and chat with an error final saying why ([bus.RefusalFinal]), so
+// the sender is not left waiting; an unaddressable one is dead-lettered
+// only. One answer per refused message: its id is derived from the
+// message, so a redelivery publishes the same final again, which the out
+// stream de-duplicates. The answer is an outbound envelope, which nothing
+// in the runtime consumes, so it cannot start a loop.
+func (c *courier) tellRefused(ctx context.Context, d bus.Delivery, reason error) {
+	out, subject, ok := bus.RefusalFinal(c.subjects, d.Subject(), d.Data(), reason)
+	if !ok {
+		return
+	}
+	data, err := json.Marshal(out)
+	if err == nil {
+		err = c.pub.Publish(ctx, subject, data, out.ID)
+	}
+	if err != nil {
+		c.log.Warn("refused message: error final not published", "subject", d.Subject(), "err", err)
 	}
 }
 
@@ -124,14 +215,14 @@ func (c *courier) untrackAll(as []answered) {
 // so the per-message line is a debug line.
 var errStore = errors.New("history store failed")
 
-// logUndelivered logs an answer that was not delivered and will be
-// redelivered.
+// logUndelivered logs an answer that was not delivered: the message is
+// delivered again, or given up (courier.fail).
 func logUndelivered(log *slog.Logger, err error) {
 	level := slog.LevelError
 	if errors.Is(err, errStore) {
 		level = slog.LevelDebug
 	}
-	log.Log(context.Background(), level, "answer not delivered; the message will be redelivered", "err", err)
+	log.Log(context.Background(), level, "answer not delivered; the message is delivered again, or given up after MaxDeliveries", "err", err)
 }
 
 // newOutbound starts an outbound envelope answering in.
@@ -198,16 +289,18 @@ func (c *courier) deliverAll(ctx context.Context, session string, as []answered,
 			}
 			return errAlreadyAnswered
 		}
-		c.untrackAll(as)
-		return fmt.Errorf("agent: commit turn: %w: %w", errStore, err)
+		err = fmt.Errorf("agent: commit turn: %w: %w", errStore, err)
+		c.failAll(ctx, as, err)
+		return err
 	}
 	failpoint.Hit(failpoint.AfterCommit)
 	for i, a := range as {
 		if err := c.pub.Publish(cctx, c.subjects.Out(a.in.Channel, a.in.ChatID), finals[i], a.out.ID); err != nil {
 			// Persisted but not published: leave the messages
 			// unacknowledged; their redelivery publishes the stored finals.
-			c.untrackAll(as[i:])
-			return fmt.Errorf("agent: publish final: %w", err)
+			err = fmt.Errorf("agent: publish final: %w", err)
+			c.failAll(ctx, as[i:], err)
+			return err
 		}
 		failpoint.Hit(failpoint.AfterPublish)
 		c.done(a.d)
@@ -240,8 +333,8 @@ func (c *courier) answered(ctx context.Context, in *bus.Inbound, d bus.Delivery)
 	r, ok, err := c.store.Receipt(ctx, in.DedupKey())
 	switch {
 	case err != nil:
-		c.log.Error("receipt lookup failed; message left for redelivery", "key", in.DedupKey(), "err", err)
-		c.untrack(d)
+		c.log.Error("receipt lookup failed", "key", in.DedupKey(), "err", err)
+		c.fail(ctx, d, fmt.Errorf("agent: receipt lookup: %w", err))
 		return true
 	case !ok:
 		return false
@@ -285,8 +378,9 @@ func (c *courier) replayReceipt(ctx context.Context, r memory.Receipt, d bus.Del
 		return nil
 	}
 	if err := c.pub.Publish(ctx, c.subjects.Out(out.Channel, out.ChatID), r.Final, out.ID); err != nil {
-		c.untrack(d)
-		return fmt.Errorf("agent: re-publish final: %w", err)
+		err = fmt.Errorf("agent: re-publish final: %w", err)
+		c.fail(ctx, d, err)
+		return err
 	}
 	c.log.Info("answer of an already handled message re-published from its receipt", "key", r.Key)
 	c.done(d)

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -51,7 +50,8 @@ type Deps struct {
 	Log       *slog.Logger
 	// Observer, when set, receives measurements for metrics.
 	Observer Observer
-	// Pairing, when set, answers /pair approve CODE from an owner.
+	// Pairing, when set, answers /pair approve CODE from an owner and
+	// says whose tool calls run as an owner's; unset, nobody's do.
 	Pairing Pairing
 	// Main is the agent main's collaborators (its model, tools, prompt
 	// files, memory, skills, summarizer, Close). Its Name, Config and
@@ -520,8 +520,8 @@ func (m *Manager) dispatchSteer(ctx context.Context, d bus.Delivery, in *bus.Inb
 	case err != nil:
 		m.mu.Unlock()
 		m.countRedelivery(in, redelivered)
-		env.log.Error("receipt lookup failed; message left for redelivery", "key", in.DedupKey(), "err", err)
-		env.courier.untrack(d)
+		env.log.Error("receipt lookup failed", "key", in.DedupKey(), "err", err)
+		env.courier.fail(ctx, d, fmt.Errorf("agent: receipt lookup: %w", err))
 		return in, true
 	case found:
 		m.mu.Unlock()
@@ -550,59 +550,15 @@ func (m *Manager) countRedelivery(in *bus.Inbound, redelivered bool) {
 	}
 }
 
-// reject sends an invalid message to the DLQ and removes it from the stream.
+// reject sends an invalid message to the DLQ, answers its sender when it
+// is addressable and removes it from the stream (courier.deadLetter).
 // Garbage never stops the daemon and never reaches the model.
 func (m *Manager) reject(ctx context.Context, d bus.Delivery, reason error) {
-	env := m.env
 	outcome := "rejected_invalid"
 	if errors.Is(reason, bus.ErrTooLarge) {
 		outcome = "rejected_too_large"
 	}
-	channel := bus.InvalidChannel
-	if ch, _, err := env.opt.Subjects.ParseIn(d.Subject()); err == nil && bus.ValidChannel(ch) {
-		channel = ch
-	}
-	env.deps.Observer.Inbound(channel, outcome)
-	rec := bus.NewDLQRecord(d.Subject(), d.Data(), reason, env.opt.Now().UTC())
-	data, err := json.Marshal(rec)
-	if err == nil {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err = env.deps.Publisher.Publish(pctx, env.opt.Subjects.DLQFor(d.Subject()), data, "")
-		cancel()
-	}
-	if err != nil {
-		env.log.Error("dead-letter publish failed; dropping invalid message", "subject", d.Subject(), "reason", reason, "err", err)
-	} else {
-		env.log.Warn("invalid inbound message sent to the DLQ", "subject", d.Subject(), "reason", reason)
-	}
-	m.tellRefused(ctx, d, reason)
-	if err := d.Term(); err != nil {
-		env.log.Warn("term failed", "subject", d.Subject(), "err", err)
-	}
-}
-
-// tellRefused answers a refused message whose subject names a valid
-// channel and chat with an error final saying why ([bus.RefusalFinal]), so
-// the sender is not left waiting; an unaddressable one is dead-lettered
-// only. One answer per refused message: its id is derived from the
-// message, so a redelivery publishes the same final again, which the out
-// stream de-duplicates. The answer is an outbound envelope, which nothing
-// in the runtime consumes, so it cannot start a loop.
-func (m *Manager) tellRefused(ctx context.Context, d bus.Delivery, reason error) {
-	env := m.env
-	out, subject, ok := bus.RefusalFinal(env.opt.Subjects, d.Subject(), d.Data(), reason)
-	if !ok {
-		return
-	}
-	data, err := json.Marshal(out)
-	if err == nil {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err = env.deps.Publisher.Publish(pctx, subject, data, out.ID)
-		cancel()
-	}
-	if err != nil {
-		env.log.Warn("refused message: error final not published", "subject", d.Subject(), "err", err)
-	}
+	m.env.courier.deadLetter(ctx, d, reason, outcome)
 }
 
 type answer struct{ kind, text string }

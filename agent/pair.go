@@ -9,7 +9,9 @@ import (
 // Pairing approves pairing codes (package access's Store). Safe for
 // concurrent use.
 type Pairing interface {
-	// Owner reports whether channel:user is in access.owners.
+	// Owner reports whether channel:user is an owner (access.owners, or
+	// the operator's console); a turn's tool calls run with
+	// tools.Session.Owner set from it.
 	Owner(channel, user string) bool
 	// Approve admits the user who got code and returns them as
 	// <channel>:<user_id>; by names the approver.

@@ -368,14 +368,14 @@ func (s *session) command(ctx context.Context, it item) bool {
 	case cmdHelp:
 		c.finishSimple(ctx, it.in, it.d, bus.KindNotice, helpText, false)
 	case cmdCompact:
-		if !s.load(ctx) {
-			c.untrack(it.d)
+		if err := s.load(ctx); err != nil {
+			c.fail(ctx, it.d, err)
 			return true
 		}
 		c.finishSimple(ctx, it.in, it.d, bus.KindNotice, s.compactNow(ctx), false)
 	case cmdStatus:
 		s.load(ctx)
-		c.finishSimple(ctx, it.in, it.d, bus.KindNotice, s.status(), false)
+		c.finishSimple(ctx, it.in, it.d, bus.KindNotice, s.status(it.in), false)
 	case cmdPair:
 		c.finishSimple(ctx, it.in, it.d, bus.KindNotice, pairCommand(s.env.deps.Pairing, it.in, cmd.arg), false)
 	default:
@@ -384,15 +384,23 @@ func (s *session) command(ctx context.Context, it item) bool {
 	return true
 }
 
-// status describes the session for /status. Called from the session goroutine.
-func (s *session) status() string {
+// status describes the session for /status, asked by in's speaker: the
+// session's own facts, and the daemon's (active sessions, turns answered,
+// uptime) only for an owner (access.owners) or the operator's console.
+// Called from the session goroutine.
+func (s *session) status(in *bus.Inbound) string {
 	env := s.env
 	turns := len(loop.TurnStarts(s.conv.history))
 	model := env.opt.ModelName
 	if model == "" {
 		model = "(unknown)"
 	}
-	return fmt.Sprintf("Session: %s\nAgent: %s\nTurns in context: %d (max %d)\nMessages waiting: %d\nModel: %s\nActive sessions: %d\nTurns answered since start: %d\nUp for: %s",
-		s.key, env.agent, turns, env.cfg.MaxContextTurns, s.queued(), model, s.host.ActiveSessions(), env.stats.answered.Load(),
-		env.opt.Now().Sub(env.stats.start).Round(time.Second))
+	out := fmt.Sprintf("Session: %s\nAgent: %s\nTurns in context: %d (max %d)\nMessages waiting: %d\nModel: %s",
+		s.key, env.agent, turns, env.cfg.MaxContextTurns, s.queued(), model)
+	const console = "console" // the operator's `switchboard chat`
+	if in.Channel != console && (env.deps.Pairing == nil || !env.deps.Pairing.Owner(in.Channel, in.UserID)) {
+		return out
+	}
+	return out + fmt.Sprintf("\nActive sessions: %d\nTurns answered since start: %d\nUp for: %s",
+		s.host.ActiveSessions(), env.stats.answered.Load(), env.opt.Now().Sub(env.stats.start).Round(time.Second))
 }

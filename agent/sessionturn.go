@@ -61,9 +61,9 @@ func (s *session) beginTurn(ctx context.Context, batch []item) (*turnPlan, bool)
 	p := &turnPlan{batch: batch, in: in,
 		log: logging.With(env.log, slog.String("channel", in.Channel), slog.String("session", s.key), slog.String("msg_id", in.ID),
 			slog.Int64("turn", env.stats.seq.Add(1)))}
-	if !s.load(ctx) {
+	if err := s.load(ctx); err != nil {
 		for _, it := range batch {
-			env.courier.untrack(it.d)
+			env.courier.fail(ctx, it.d, err)
 		}
 		return nil, false
 	}
@@ -153,7 +153,7 @@ func (s *session) runLoop(ctx context.Context, p *turnPlan) (loop.Result, error)
 		History:   p.kept,
 		User:      p.users[0],
 		More:      p.users[1:],
-		Session:   tools.Session{Key: s.key, Speaker: in.Speaker()},
+		Session:   tools.Session{Key: s.key, Speaker: in.Speaker(), Owner: s.env.deps.Pairing != nil && s.env.deps.Pairing.Owner(in.Channel, in.UserID)},
 		Proactive: in.Meta["scheduled_task"] != "" || in.Channel == heartbeat.Channel,
 		Sink:      p.sink,
 		Steer:     &s.steer,
@@ -240,18 +240,18 @@ func (s *session) contextTurns() int {
 }
 
 // load fills the session's context cache from the store on first use.
-func (s *session) load(ctx context.Context) bool {
+func (s *session) load(ctx context.Context) error {
 	if s.conv.loaded {
-		return true
+		return nil
 	}
 	snap, err := s.env.deps.Store.Load(ctx, s.key, s.contextTurns())
 	if err != nil {
-		s.env.log.Error("history load failed; message left for redelivery", "session", s.key, "err", err)
-		return false
+		s.env.log.Error("history load failed", "session", s.key, "err", err)
+		return fmt.Errorf("agent: load history: %w", err)
 	}
 	s.conv.history, s.conv.loaded = snap.Messages, true
 	s.setSummary(snap.Summary)
-	return true
+	return nil
 }
 
 // summarize folds dropped turns into the running summary at once with a

@@ -90,6 +90,12 @@ var (
 	ErrInvalid = errors.New("invalid envelope")
 	// ErrTooLarge marks an envelope whose text or payload exceeds the limit.
 	ErrTooLarge = errors.New("envelope too large")
+	// ErrUnprocessable marks a valid inbound message the runtime gave up
+	// on: something it needs refused the message for good (the history
+	// store), or it failed on every one of a bounded number of deliveries.
+	// The wrapping error says what failed; the message is dead-lettered
+	// like an invalid one.
+	ErrUnprocessable = errors.New("message could not be processed")
 )
 
 // Header names used on the bus.

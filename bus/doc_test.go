@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -231,12 +232,30 @@ func TestProtocolDocRefusalExamples(t *testing.T) {
 	big["text"] = strings.Repeat("x", 70000)
 	att := validEnvelope()
 	att["attachments"] = []map[string]any{{"kind": "image", "name": "cat.png", "data": "cat!"}}
-	for _, m := range []map[string]any{big, att} {
+	nul := validEnvelope()
+	nul["id"] = "4711\x00"
+	esc := validEnvelope()
+	esc["thread_id"] = "\x1b[2J"
+	for _, m := range []map[string]any{big, att, nul} {
 		data := mustJSON(t, m)
 		_, perr := bus.ParseInbound(subj, testSubject, data, 65536)
 		out, _, ok := bus.RefusalFinal(subj, testSubject, data, perr)
 		if !ok || !strings.Contains(string(raw), "\n    "+out.Text+"\n") {
 			t.Errorf("§9.1 does not quote the answer %q", out.Text)
 		}
+	}
+	if text := bus.RefusalText(fmt.Errorf("%w after 10 deliveries: disk full", bus.ErrUnprocessable), nil); !strings.Contains(string(raw), "\n    "+text+"\n") {
+		t.Errorf("§9.1 does not quote the answer to a message given up, %q", text)
+	}
+	// §3's reasons are the runtime's.
+	for _, m := range []map[string]any{nul, esc} {
+		_, perr := bus.ParseInbound(subj, testSubject, mustJSON(t, m), 65536)
+		if perr == nil || !strings.Contains(string(raw), "\n"+perr.Error()+"\n") {
+			t.Errorf("§3 does not list the reason %v", perr)
+		}
+	}
+	_, perr := bus.ParseInbound(subj, testSubject, []byte("{\"id\":\"\xff\"}"), 0)
+	if perr == nil || !strings.Contains(string(raw), "\n"+perr.Error()+"\n") {
+		t.Errorf("§3 does not list the reason %v", perr)
 	}
 }

@@ -23,11 +23,16 @@ const RefusalIDPrefix = "refused-"
 // ([RefusalText]). in_reply_to is the message's id, thread_id its thread and
 // meta its meta (the adapter's routing, as [ReplyTo] copies it) when the
 // payload carries valid ones (the payload is read leniently: the message
-// was refused, so only those fields are looked at).
+// was refused, so only those fields are looked at; a payload that is not
+// UTF-8 is not read at all).
 //
 // ok is false when the message is not addressable: its subject is not a
-// well-formed inbound subject ([Subjects.ParseIn]); such a message is
-// dead-lettered only. The subject, not the payload, decides where the
+// well-formed inbound subject ([Subjects.ParseIn]) or names a chat id
+// that breaks the id rules ([ValidID], at most [MaxRefBytes]); such a
+// message is dead-lettered only. An id or thread_id that breaks them is
+// not copied (the answer then has no in_reply_to, or goes to the chat
+// rather than the thread): the answer is always a valid outbound envelope
+// ([Outbound.Validate]). The subject, not the payload, decides where the
 // answer goes: it is what the sender was allowed to publish on, so a
 // refusal is only ever answered on the sender's own channel.
 //
@@ -37,7 +42,7 @@ const RefusalIDPrefix = "refused-"
 // clients. Publish it with that id as its de-duplication key.
 func RefusalFinal(subj Subjects, subject string, data []byte, reason error) (out Outbound, outSubject string, ok bool) {
 	channel, chatID, err := subj.ParseIn(subject)
-	if err != nil || chatID == "" || len(chatID) > MaxRefBytes {
+	if err != nil || checkID("chat_id", chatID, true, MaxRefBytes) != nil {
 		return Outbound{}, "", false
 	}
 	var loose struct {
@@ -48,14 +53,19 @@ func RefusalFinal(subj Subjects, subject string, data []byte, reason error) (out
 		} `json:"attachments"`
 		Meta map[string]string `json:"meta"`
 	}
-	_ = json.Unmarshal(data, &loose) // best effort: the payload is invalid
+	if utf8.Valid(data) {
+		// Best effort: the payload is invalid. Not UTF-8, its strings would
+		// decode altered (U+FFFD for the bad bytes): possibly another
+		// message's id.
+		_ = json.Unmarshal(data, &loose)
+	}
 	key := data
 	out = Outbound{V: Version, Channel: channel, ChatID: chatID, Kind: KindError, Seq: 1, Final: true}
-	if loose.ID != "" && len(loose.ID) <= MaxIDBytes {
+	if loose.ID != "" && checkID("id", loose.ID, true, MaxIDBytes) == nil {
 		out.InReplyTo = loose.ID
 		key = []byte(loose.ID)
 	}
-	if len(loose.ThreadID) <= MaxRefBytes {
+	if checkID("thread_id", loose.ThreadID, false, MaxRefBytes) == nil {
 		out.ThreadID = loose.ThreadID
 	}
 	if len(loose.Meta) > 0 && checkMeta(loose.Meta) == nil {
@@ -71,6 +81,9 @@ func RefusalFinal(subj Subjects, subject string, data []byte, reason error) (out
 	h.Write([]byte{0})
 	h.Write(key)
 	out.ID = RefusalIDPrefix + hex.EncodeToString(h.Sum(nil)[:16])
+	if out.Validate() != nil {
+		return Outbound{}, "", false
+	}
 	return out, subj.Out(channel, chatID), true
 }
 
@@ -82,14 +95,19 @@ const maxNameInText = 64
 // RefusalText says in plain words why a message was refused: for a text
 // over the limit the size received and the limit, for a bad attachment
 // which one (its number, counted from 1, and its name when names has it)
-// and why, else the rule the message broke. It always starts with "Your
-// message was not accepted: ".
+// and why, for a message the runtime gave up on ([ErrUnprocessable]) only
+// that (the cause is for the operator, in the dead letter), else the rule
+// the message broke. It always starts with "Your message was not
+// accepted: ".
 func RefusalText(reason error, names []string) string {
 	const lead = "Your message was not accepted: "
 	var fe *FieldError
 	switch {
 	case reason == nil:
 		return lead + "it is invalid."
+	case errors.Is(reason, ErrUnprocessable):
+		return lead + "Switchboard could not process it and gave up (the operator can see why in the dead-letter queue). " +
+			"Please try again later."
 	case errors.As(reason, &fe) && fe.Field == "text" && errors.Is(fe, ErrTooLarge) && fe.Limit > 0:
 		return fmt.Sprintf("%sit is too long. Received %d bytes of text; the limit is %d bytes "+
 			"(%d characters of plain ASCII text, fewer in other scripts, whose characters take 2 to 4 bytes). "+

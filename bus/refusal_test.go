@@ -63,3 +63,51 @@ func TestRefusalFinal(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusalFinalControlCharacters: a message refused for a control
+// character in an id is answered on its subject's chat with a valid
+// outbound envelope: an id or thread that breaks the id rules is not copied
+// into it, and a chat token that decodes to such a chat id makes the
+// message unaddressable (dead-lettered only).
+func TestRefusalFinalControlCharacters(t *testing.T) {
+	subj := bus.Subjects{Prefix: "chat"}
+	for _, tc := range []struct {
+		name, subject, data    string
+		wantOK                 bool
+		replyTo, thread, words string
+	}{
+		{"NUL in id", "chat.in.tg.42", `{"v":1,"id":"m\u00001","channel":"tg","chat_id":"42","thread_id":"t7","user_id":"u","text":"hi"}`,
+			true, "", "t7", `field "id" must not contain NUL, got U+0000 at byte 1`},
+		{"ESC in thread", "chat.in.tg.42", `{"v":1,"id":"m2","channel":"tg","chat_id":"42","thread_id":"t\u001b","user_id":"u","text":"hi"}`,
+			true, "m2", "", `field "thread_id" must not contain control characters`},
+		{"NUL in chat id", "chat.in.tg.4%002", `{"v":1,"id":"m3","channel":"tg","chat_id":"4\u00002","user_id":"u","text":"hi"}`,
+			false, "", "", ""},
+		{"invalid UTF-8 chat token", "chat.in.tg.%FF", `{"v":1,"id":"m4","channel":"tg","chat_id":"x","user_id":"u","text":"hi"}`,
+			false, "", "", ""},
+		{"raw invalid UTF-8", "chat.in.tg.42", "{\"v\":1,\"id\":\"m\xff\",\"channel\":\"tg\",\"chat_id\":\"42\",\"user_id\":\"u\",\"text\":\"hi\"}",
+			true, "", "", "not valid UTF-8"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, perr := bus.ParseInbound(subj, tc.subject, []byte(tc.data), 0)
+			if perr == nil {
+				t.Fatal("test envelope is valid")
+			}
+			out, to, ok := bus.RefusalFinal(subj, tc.subject, []byte(tc.data), perr)
+			if ok != tc.wantOK {
+				t.Fatalf("addressable = %v, want %v (%v)", ok, tc.wantOK, perr)
+			}
+			if !ok {
+				return
+			}
+			if err := out.Validate(); err != nil {
+				t.Fatalf("refusal final invalid: %v", err)
+			}
+			if to != "chat.out.tg.42" || out.InReplyTo != tc.replyTo || out.ThreadID != tc.thread || !out.Final || out.Kind != bus.KindError {
+				t.Fatalf("refusal = %s %+v", to, out)
+			}
+			if !strings.Contains(out.Text, tc.words) {
+				t.Errorf("text %q lacks %q", out.Text, tc.words)
+			}
+		})
+	}
+}

@@ -11,7 +11,11 @@ import (
 )
 
 // Limits enforced by [ParseInbound] and [Outbound.Validate]. The text limit
-// is configurable (bus.max_text_bytes) and passed to ParseInbound.
+// is configurable (bus.max_text_bytes) and passed to ParseInbound. Every
+// key the runtime derives from an envelope that passes them (the session
+// "<channel>/<chat_id>/<thread_id>", at most 1058 bytes; the de-duplication
+// key "<channel>:<id>", at most 289) is within what the history stores
+// accept (memory.MaxKeyLen).
 const (
 	// DefaultMaxTextBytes is the default bound on an inbound text (64 KiB).
 	DefaultMaxTextBytes = 64 << 10
@@ -72,6 +76,10 @@ func invalid(field, format string, args ...any) error {
 //     [EncodeToken] form equals the subject's chat token;
 //   - user_id is non-empty; user_id, user_name and thread_id are at most
 //     [MaxRefBytes]; reply_to is at most [MaxIDBytes];
+//   - the ids (id, chat_id, thread_id, user_id, reply_to) hold no control
+//     character ([ValidID]); user_name, text, attachment names and meta
+//     keys and values hold no NUL; attachment urls and mime types no control
+//     character; every string is valid UTF-8;
 //   - text is non-empty unless attachments is non-empty, and at most
 //     maxTextBytes (else [ErrTooLarge]);
 //   - at most [MaxAttachments] attachments, each with kind image, audio or
@@ -127,25 +135,28 @@ func (in *Inbound) validate(maxTextBytes int) error {
 	if in.V != Version {
 		return invalid("v", "must be %d, got %d", Version, in.V)
 	}
-	if err := checkString("id", in.ID, true, MaxIDBytes); err != nil {
+	if err := checkID("id", in.ID, true, MaxIDBytes); err != nil {
 		return err
 	}
 	if err := checkChannel(in.Channel); err != nil {
 		return err
 	}
-	if err := checkString("chat_id", in.ChatID, true, MaxRefBytes); err != nil {
+	if err := checkID("chat_id", in.ChatID, true, MaxRefBytes); err != nil {
 		return err
 	}
-	if err := checkString("thread_id", in.ThreadID, false, MaxRefBytes); err != nil {
+	if err := checkID("thread_id", in.ThreadID, false, MaxRefBytes); err != nil {
 		return err
 	}
-	if err := checkString("user_id", in.UserID, true, MaxRefBytes); err != nil {
+	if err := checkID("user_id", in.UserID, true, MaxRefBytes); err != nil {
 		return err
 	}
 	if err := checkString("user_name", in.UserName, false, MaxRefBytes); err != nil {
 		return err
 	}
-	if err := checkString("reply_to", in.ReplyTo, false, MaxIDBytes); err != nil {
+	if err := checkChars("user_name", in.UserName, isNUL); err != nil {
+		return err
+	}
+	if err := checkID("reply_to", in.ReplyTo, false, MaxIDBytes); err != nil {
 		return err
 	}
 	if in.Text == "" && len(in.Attachments) == 0 {
@@ -154,6 +165,9 @@ func (in *Inbound) validate(maxTextBytes int) error {
 	if len(in.Text) > maxTextBytes {
 		return &FieldError{Field: "text", Rule: fmt.Sprintf("must be at most %d bytes, got %d", maxTextBytes, len(in.Text)), Err: ErrTooLarge,
 			Limit: maxTextBytes, Got: len(in.Text)}
+	}
+	if err := checkChars("text", in.Text, isNUL); err != nil {
+		return err
 	}
 	if err := checkAttachments(in.Attachments); err != nil {
 		return err
@@ -177,6 +191,61 @@ func checkString(field, v string, required bool, maxBytes int) error {
 		return invalid(field, "must be at most %d bytes, got %d", maxBytes, len(v))
 	}
 	return nil
+}
+
+// checkID is checkString for an id: it also holds no control character
+// and is valid UTF-8 ([ValidID]).
+func checkID(field, v string, required bool, maxBytes int) error {
+	if err := checkString(field, v, required, maxBytes); err != nil {
+		return err
+	}
+	return checkChars(field, v, isControl)
+}
+
+// ValidID reports whether id may be an envelope id (id, chat_id,
+// thread_id, user_id, reply_to, in_reply_to) as far as its characters go:
+// valid UTF-8 without control characters, neither C0 (U+0000 to U+001F,
+// NUL, tab and line breaks included), DEL (U+007F) nor C1 (U+0080 to
+// U+009F). Ids are keys: of the history store (which refuses NUL), of
+// subjects, file names and platform APIs, and they are printed in logs and
+// terminals, where a control character would forge output. The lengths
+// are checked separately.
+func ValidID(id string) bool { return badChar(id, isControl) == "" }
+
+// isControl reports whether r is a C0 or C1 control character or DEL.
+func isControl(r rune) bool { return r < 0x20 || 0x7F <= r && r <= 0x9F }
+
+// isNUL reports whether r is NUL, which no free text may hold: the history
+// store and the notes files refuse it.
+func isNUL(r rune) bool { return r == 0 }
+
+// checkChars checks that v is valid UTF-8 and, with forbid, holds no rune
+// forbid reports; the error names the first offending rune and its byte
+// offset.
+func checkChars(field, v string, forbid func(rune) bool) error {
+	if rule := badChar(v, forbid); rule != "" {
+		return invalid(field, "%s", rule)
+	}
+	return nil
+}
+
+// badChar is the rule v breaks (checkChars), "" when none.
+func badChar(v string, forbid func(rune) bool) string {
+	for i, r := range v {
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(v[i:]); size == 1 {
+				return fmt.Sprintf("must be valid UTF-8, got byte 0x%02X at %d", v[i], i)
+			}
+		}
+		if forbid != nil && forbid(r) {
+			what := "control characters"
+			if r == 0 {
+				what = "NUL"
+			}
+			return fmt.Sprintf("must not contain %s, got U+%04X at byte %d", what, r, i)
+		}
+	}
+	return ""
 }
 
 func checkChannel(channel string) error {
@@ -206,6 +275,9 @@ func checkAttachments(atts []Attachment) error {
 		if len(a.URL) > maxAttachURLBytes {
 			return invalid(field("url"), "must be at most %d bytes, got %d", maxAttachURLBytes, len(a.URL))
 		}
+		if err := checkChars(field("url"), a.URL, isControl); err != nil {
+			return err
+		}
 		if a.Data != "" {
 			if _, err := base64.StdEncoding.DecodeString(a.Data); err != nil {
 				return invalid(field("data"), "must be standard base64: %v", err)
@@ -214,8 +286,14 @@ func checkAttachments(atts []Attachment) error {
 		if len(a.MIME) > maxAttachMIMEBytes {
 			return invalid(field("mime"), "must be at most %d bytes, got %d", maxAttachMIMEBytes, len(a.MIME))
 		}
+		if err := checkChars(field("mime"), a.MIME, isControl); err != nil {
+			return err
+		}
 		if len(a.Name) > maxAttachNameBytes {
 			return invalid(field("name"), "must be at most %d bytes, got %d", maxAttachNameBytes, len(a.Name))
+		}
+		if err := checkChars(field("name"), a.Name, isNUL); err != nil {
+			return err
 		}
 		if a.Size < 0 {
 			return invalid(field("size"), "must not be negative, got %d", a.Size)
@@ -235,33 +313,55 @@ func checkMeta(meta map[string]string) error {
 	if total > MaxMetaBytes {
 		return invalid("meta", "keys and values must total at most %d bytes, got %d", MaxMetaBytes, total)
 	}
+	return checkMetaChars(meta, isNUL)
+}
+
+// checkMetaChars checks meta's keys and values with badChar; of several
+// offending entries it names the one with the smallest key, so the error
+// is the same every time.
+func checkMetaChars(meta map[string]string, forbid func(rune) bool) error {
+	var bad, rule string
+	for k, v := range meta {
+		if rule != "" && k >= bad {
+			continue
+		}
+		if r := badChar(k, forbid); r != "" {
+			bad, rule = k, fmt.Sprintf("key %q %s", k, r)
+		} else if r := badChar(v, forbid); r != "" {
+			bad, rule = k, fmt.Sprintf("value of %q %s", k, r)
+		}
+	}
+	if rule != "" {
+		return invalid("meta", "%s", rule)
+	}
 	return nil
 }
 
 // Validate checks an outbound envelope before it is published: v is 1, id is
 // non-empty and at most [MaxIDBytes], channel is a [ValidChannel], chat_id is
 // non-empty and at most [MaxRefBytes], thread_id and in_reply_to are within
-// [MaxRefBytes] and [MaxIDBytes], kind is one of [KindReply],
-// [KindDelta], [KindTyping], [KindNotice], [KindError], seq is not negative,
-// and attachments follow the inbound rules. Errors are [*FieldError]s
-// wrapping [ErrInvalid].
+// [MaxRefBytes] and [MaxIDBytes], the ids (id, chat_id, thread_id,
+// in_reply_to) hold no control character ([ValidID]), kind is one of
+// [KindReply], [KindDelta], [KindTyping], [KindNotice], [KindError], seq is
+// not negative, text and meta are valid UTF-8, and attachments follow the
+// inbound rules. Errors are [*FieldError]s wrapping [ErrInvalid].
 func (o *Outbound) Validate() error {
 	if o.V != Version {
 		return invalid("v", "must be %d, got %d", Version, o.V)
 	}
-	if err := checkString("id", o.ID, true, MaxIDBytes); err != nil {
+	if err := checkID("id", o.ID, true, MaxIDBytes); err != nil {
 		return err
 	}
 	if err := checkChannel(o.Channel); err != nil {
 		return err
 	}
-	if err := checkString("chat_id", o.ChatID, true, MaxRefBytes); err != nil {
+	if err := checkID("chat_id", o.ChatID, true, MaxRefBytes); err != nil {
 		return err
 	}
-	if err := checkString("thread_id", o.ThreadID, false, MaxRefBytes); err != nil {
+	if err := checkID("thread_id", o.ThreadID, false, MaxRefBytes); err != nil {
 		return err
 	}
-	if err := checkString("in_reply_to", o.InReplyTo, false, MaxIDBytes); err != nil {
+	if err := checkID("in_reply_to", o.InReplyTo, false, MaxIDBytes); err != nil {
 		return err
 	}
 	switch o.Kind {
@@ -273,6 +373,12 @@ func (o *Outbound) Validate() error {
 	}
 	if o.Seq < 0 {
 		return invalid("seq", "must not be negative, got %d", o.Seq)
+	}
+	if err := checkChars("text", o.Text, nil); err != nil {
+		return err
+	}
+	if err := checkMetaChars(o.Meta, nil); err != nil {
+		return err
 	}
 	return checkAttachments(o.Attachments)
 }

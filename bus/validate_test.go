@@ -82,6 +82,9 @@ func TestParseInboundMinimalAndUnknownFields(t *testing.T) {
 		{"text exactly at limit", `{"v":1,"id":"a","channel":"wechat","chat_id":"room@1","user_id":"u","text":"0123456789"}`},
 		{"ts with fraction and Z", `{"v":1,"id":"a","channel":"wechat","chat_id":"room@1","user_id":"u","text":"x","ts":"2026-03-01T02:00:00.123Z"}`},
 		{"escaped unicode text", `{"v":1,"id":"a","channel":"wechat","chat_id":"room@1","user_id":"u","text":"\u4f60\u597d"}`},
+		{"text and user_name keep tabs, line breaks and ESC", `{"v":1,"id":"a","channel":"wechat","chat_id":"room@1","user_id":"u","user_name":"Ann\nB","text":"a\tb\r\nc\u001b"}`},
+		{"ids of any script, no-break space just above C1", `{"v":1,"id":"张三\u00a0\ud83d\ude00","channel":"wechat","chat_id":"room@1","user_id":"用户","thread_id":"\u00a0","reply_to":"ü","text":"x"}`},
+		{"attachment name and meta keep line breaks", `{"v":1,"id":"a","channel":"wechat","chat_id":"room@1","user_id":"u","attachments":[{"kind":"file","url":"u","name":"a\nb"}],"meta":{"k\n":"v\t"}}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -168,6 +171,34 @@ func TestParseInboundRejects(t *testing.T) {
 		}, wantErr: bus.ErrInvalid, wantField: "meta", wantText: "at most 32 keys"},
 		{name: "meta too large", mutate: func(m map[string]any) { m["meta"] = map[string]any{"k": long(4096)} }, wantErr: bus.ErrInvalid, wantField: "meta", wantText: "4096 bytes"},
 		{name: "meta value not string", mutate: func(m map[string]any) { m["meta"] = map[string]any{"k": 1} }, wantErr: bus.ErrInvalid, wantText: "meta"},
+		// Control characters in ids, NUL in free text (the stores' keys and
+		// files refuse them; terminals would obey them).
+		{name: "id with NUL", mutate: func(m map[string]any) { m["id"] = "m\x001" }, wantErr: bus.ErrInvalid, wantField: "id", wantText: "must not contain NUL, got U+0000 at byte 1"},
+		{name: "id with ESC", mutate: func(m map[string]any) { m["id"] = "m1\x1b[2J" }, wantErr: bus.ErrInvalid, wantField: "id", wantText: "control characters, got U+001B at byte 2"},
+		{name: "id with DEL", mutate: func(m map[string]any) { m["id"] = "m\x7f" }, wantErr: bus.ErrInvalid, wantField: "id", wantText: "U+007F"},
+		{name: "id with C1 NEL", mutate: func(m map[string]any) { m["id"] = "m\u0085" }, wantErr: bus.ErrInvalid, wantField: "id", wantText: "U+0085"},
+		{name: "id with C1 CSI", mutate: func(m map[string]any) { m["id"] = "\u009b31m" }, wantErr: bus.ErrInvalid, wantField: "id", wantText: "U+009B at byte 0"},
+		{name: "chat_id with NUL", subject: "chat.in.wechat.room%00", mutate: func(m map[string]any) { m["chat_id"] = "room\x00" }, wantErr: bus.ErrInvalid, wantField: "chat_id", wantText: "NUL"},
+		{name: "chat_id with newline", subject: "chat.in.wechat.a%0Ab", mutate: func(m map[string]any) { m["chat_id"] = "a\nb" }, wantErr: bus.ErrInvalid, wantField: "chat_id", wantText: "U+000A"},
+		{name: "chat token of invalid UTF-8", subject: "chat.in.wechat.%FF", mutate: func(m map[string]any) { m["chat_id"] = "\uFFFD" }, wantErr: bus.ErrInvalid, wantField: "chat_id", wantText: "subject's chat token"},
+		{name: "thread_id with NUL", mutate: func(m map[string]any) { m["thread_id"] = "\x00" }, wantErr: bus.ErrInvalid, wantField: "thread_id", wantText: "NUL"},
+		{name: "thread_id with tab", mutate: func(m map[string]any) { m["thread_id"] = "t\t1" }, wantErr: bus.ErrInvalid, wantField: "thread_id", wantText: "U+0009"},
+		{name: "user_id with CR", mutate: func(m map[string]any) { m["user_id"] = "u\r1" }, wantErr: bus.ErrInvalid, wantField: "user_id", wantText: "U+000D"},
+		{name: "reply_to with C1", mutate: func(m map[string]any) { m["reply_to"] = "\u0080" }, wantErr: bus.ErrInvalid, wantField: "reply_to", wantText: "U+0080"},
+		{name: "user_name with NUL", mutate: func(m map[string]any) { m["user_name"] = "Ann\x00" }, wantErr: bus.ErrInvalid, wantField: "user_name", wantText: "NUL"},
+		{name: "text with NUL", mutate: func(m map[string]any) { m["text"] = "hi\x00there" }, wantErr: bus.ErrInvalid, wantField: "text", wantText: "must not contain NUL, got U+0000 at byte 2"},
+		{name: "attachment url with newline", mutate: func(m map[string]any) {
+			m["attachments"] = []any{map[string]any{"kind": "file", "url": "https://x/\nHost: evil"}}
+		}, wantErr: bus.ErrInvalid, wantField: "attachments[0].url", wantText: "U+000A"},
+		{name: "attachment mime with NUL", mutate: func(m map[string]any) {
+			m["attachments"] = []any{map[string]any{"kind": "file", "url": "u", "mime": "image/png\x00"}}
+		}, wantErr: bus.ErrInvalid, wantField: "attachments[0].mime", wantText: "NUL"},
+		{name: "attachment name with NUL", mutate: func(m map[string]any) {
+			m["attachments"] = []any{map[string]any{"kind": "file", "url": "u", "name": "a\x00.png"}}
+		}, wantErr: bus.ErrInvalid, wantField: "attachments[0].name", wantText: "NUL"},
+		{name: "meta key with NUL", mutate: func(m map[string]any) { m["meta"] = map[string]any{"k\x00": "v"} }, wantErr: bus.ErrInvalid, wantField: "meta", wantText: `key "k\x00" must not contain NUL`},
+		{name: "meta value with NUL", mutate: func(m map[string]any) { m["meta"] = map[string]any{"b": "v\x00", "a": "ok"} }, wantErr: bus.ErrInvalid, wantField: "meta", wantText: `value of "b" must not contain NUL`},
+		{name: "lone surrogate is replaced, NUL is not", raw: `{"v":1,"id":"\ud800\u0000","channel":"wechat","chat_id":"room@1","user_id":"u","text":"x"}`, wantErr: bus.ErrInvalid, wantField: "id", wantText: "U+0000 at byte 3"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -253,6 +284,15 @@ func TestOutboundValidate(t *testing.T) {
 		{"kind unknown", func(o *bus.Outbound) { o.Kind = "final" }, "kind"},
 		{"seq negative", func(o *bus.Outbound) { o.Seq = -1 }, "seq"},
 		{"attachment kind", func(o *bus.Outbound) { o.Attachments = []bus.Attachment{{Kind: "pdf"}} }, "attachments[0].kind"},
+		{"id with NUL", func(o *bus.Outbound) { o.ID = "o\x00" }, "id"},
+		{"id invalid UTF-8", func(o *bus.Outbound) { o.ID = "o\xff" }, "id"},
+		{"chat_id with C1", func(o *bus.Outbound) { o.ChatID = "r\u009b" }, "chat_id"},
+		{"thread_id with newline", func(o *bus.Outbound) { o.ThreadID = "t\n" }, "thread_id"},
+		{"in_reply_to with DEL", func(o *bus.Outbound) { o.InReplyTo = "m\x7f" }, "in_reply_to"},
+		{"text invalid UTF-8", func(o *bus.Outbound) { o.Text = "caf\xe9" }, "text"},
+		{"meta invalid UTF-8", func(o *bus.Outbound) { o.Meta = map[string]string{"k": "\xc3"} }, "meta"},
+		{"attachment name with NUL", func(o *bus.Outbound) { o.Attachments = []bus.Attachment{{Kind: "file", Name: "a\x00"}} }, "attachments[0].name"},
+		{"attachment url with control", func(o *bus.Outbound) { o.Attachments = []bus.Attachment{{Kind: "file", URL: "u\x1b"}} }, "attachments[0].url"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -264,6 +304,26 @@ func TestOutboundValidate(t *testing.T) {
 				t.Fatalf("Validate() = %v, want ErrInvalid for field %q", err, tt.field)
 			}
 		})
+	}
+}
+
+func TestOutboundValidateKeepsText(t *testing.T) {
+	o := validOutbound()
+	o.Text = "line 1\nline 2\t\x1b[1mbold\x1b[0m"
+	o.Meta = map[string]string{"k\n": "v\x00"}
+	if err := o.Validate(); err != nil {
+		t.Fatalf("Validate() = %v: outbound text and meta need only be valid UTF-8", err)
+	}
+}
+
+func TestValidID(t *testing.T) {
+	for id, want := range map[string]bool{
+		"": true, "m1": true, "wxid_abc@chatroom": true, "张三": true, "a b": true, "\u00a0": true, "😀": true,
+		"\x00": false, "a\tb": false, "a\nb": false, "\x1b[2J": false, "\x7f": false, "\u0080": false, "\u009f": false, "\xff": false, "a\xc3": false,
+	} {
+		if got := bus.ValidID(id); got != want {
+			t.Errorf("ValidID(%q) = %v, want %v", id, got, want)
+		}
 	}
 }
 
@@ -303,6 +363,7 @@ func FuzzParseInbound(f *testing.F) {
 	f.Add("chat.in.console.x", []byte(`{"v":1,"id":"i","channel":"console","chat_id":"x","user_id":"u","text":"t","meta":{},"attachments":[]}`))
 	f.Add("chat.in.console.x", []byte(`{"v":2}`))
 	f.Add("chat.in.console.x", []byte("\xff"))
+	f.Add("chat.in.console.a%00", []byte(`{"v":1,"id":"i\u0000","channel":"console","chat_id":"a\u0000","user_id":"u","text":"t\u0000"}`))
 	f.Fuzz(func(t *testing.T, subject string, data []byte) {
 		in, err := bus.ParseInbound(subj, subject, data, 1024)
 		if err != nil {
@@ -316,6 +377,14 @@ func FuzzParseInbound(f *testing.F) {
 		}
 		if in.V != 1 || in.ID == "" || in.UserID == "" || len(in.Text) > 1024 || (in.Text == "" && len(in.Attachments) == 0) {
 			t.Fatalf("accepted an envelope that breaks a rule: %+v", in)
+		}
+		for _, id := range []string{in.ID, in.ChatID, in.ThreadID, in.UserID, in.ReplyTo} {
+			if !bus.ValidID(id) {
+				t.Fatalf("accepted an id with a control character or invalid UTF-8: %q", id)
+			}
+		}
+		if strings.ContainsRune(in.Text, 0) || strings.ContainsRune(in.UserName, 0) {
+			t.Fatalf("accepted a NUL in text or user_name: %+v", in)
 		}
 		if got := subj.In(in.Channel, in.ChatID); got != subject {
 			t.Fatalf("accepted %+v on %q, but its subject is %q", in, subject, got)

@@ -7,50 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/switchboard-chat/switchboard/internal/httpserve"
 )
-
-// ShutdownTimeout bounds how long [ServeHTTP] waits for requests still
-// running when its context ends; what is left then is closed.
-const ShutdownTimeout = 10 * time.Second
-
-// ServeHTTP is the HTTP server of a built-in channel that people or
-// programs reach directly (the OpenAI-compatible API, the web console): it
-// serves h on ln, with ctx as every request's base context, until ctx
-// ends; then it calls beforeShutdown (nil: none; it ends long-lived
-// streams such as server-sent events, so that the shutdown need not wait
-// for them), shuts the server down gracefully within ShutdownTimeout and
-// returns nil. It returns the error of a server that stopped on its own.
-// The server's own error log goes to log at warning level.
-func ServeHTTP(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger, beforeShutdown func()) error {
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 30 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	select {
-	case err := <-served:
-		return err // the listener failed: ErrServerClosed is not possible here
-	case <-ctx.Done():
-	}
-	if beforeShutdown != nil {
-		beforeShutdown()
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		_ = srv.Close()
-	}
-	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
-}
 
 // HTTPChannel is the running part of a built-in channel served over HTTP
 // ([RunHTTP]).
@@ -63,7 +24,12 @@ type HTTPChannel struct {
 	Addr    string
 	Handler http.Handler
 	Log     *slog.Logger
-	// BeforeShutdown is ServeHTTP's; nil: none.
+	// HTTP bounds the listener and the server and counts the listener's
+	// connections under Name (the daemon's; nil: httpserve's defaults).
+	HTTP *httpserve.Servers
+	// BeforeShutdown ends long-lived streams such as server-sent events
+	// when ctx ends, so that the shutdown need not wait for them; nil:
+	// none.
 	BeforeShutdown func()
 	// Workers run beside the server until ctx ends (the outbound consumer,
 	// event subscriptions); the first error stops everything.
@@ -80,17 +46,18 @@ type HTTPChannel struct {
 	Stopped string
 }
 
-// RunHTTP listens on h.Addr and runs the server and the workers until ctx
-// ends, then returns nil; it returns the error of a listener that cannot
-// be opened, or of a worker or the server that failed (reported to Status
-// as well).
+// RunHTTP listens on h.Addr (a listener bounded by h.HTTP) and runs the
+// server and the workers until ctx ends, then shuts the server down
+// (within httpserve.DefaultShutdownTimeout) and returns nil; it returns
+// the error of a listener that cannot be opened, or of a worker or the
+// server that failed (reported to Status as well).
 func RunHTTP(ctx context.Context, h HTTPChannel) error {
 	status := func(err error) {
 		if h.Status != nil {
 			h.Status(err)
 		}
 	}
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", h.Addr)
+	ln, err := h.HTTP.Listen(ctx, h.Name, h.Addr)
 	if err != nil {
 		err = fmt.Errorf("%s: listen %s: %w", h.Name, h.Addr, err)
 		status(err)
@@ -104,7 +71,10 @@ func RunHTTP(ctx context.Context, h HTTPChannel) error {
 		g.Go(func() error { return w(gctx) })
 	}
 	g.Go(func() error {
-		if err := ServeHTTP(gctx, ln, h.Handler, h.Log, h.BeforeShutdown); err != nil {
+		// No write timeout: the channels stream answers as server-sent
+		// events; requests see gctx end.
+		o := httpserve.Options{Log: h.Log, CancelRequests: true, BeforeShutdown: h.BeforeShutdown}
+		if err := h.HTTP.Serve(gctx, ln, h.Handler, o); err != nil {
 			return fmt.Errorf("%s: serve: %w", h.Name, err)
 		}
 		return nil

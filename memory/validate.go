@@ -8,8 +8,10 @@ import (
 )
 
 // MaxKeyLen is the longest session key or receipt key a Store accepts, in
-// bytes.
-const MaxKeyLen = 1024
+// bytes. It is above the longest key the bus's envelope rules let through
+// (a session "<channel>/<chat_id>/<thread_id>" of 32+1+512+1+512 bytes), so
+// that no valid inbound message can be refused for its key.
+const MaxKeyLen = 2048
 
 // ValidateSession reports whether s can be used as a session key: non-empty,
 // at most [MaxKeyLen] bytes and free of NUL bytes. The error wraps

@@ -56,6 +56,12 @@ type BashConfig struct {
 	// refuses to start without bwrap. "none" runs commands unconfined (a
 	// warning in the log and in `switchboard check`).
 	Sandbox string `yaml:"sandbox"`
+	// Network gives sandboxed commands the host's network. Off by
+	// default: a command gets a network namespace of its own, with no
+	// way out and nothing of the daemon's listeners (the bus, the APIs)
+	// on its loopback. With sandbox none commands always have the host's
+	// network.
+	Network bool `yaml:"network"`
 	// PassEnv names environment variables passed to commands besides the
 	// safe set (PATH, HOME, LANG, LC_*, TZ, TERM, USER, LOGNAME, SHELL,
 	// TMPDIR). Nothing else of the daemon's environment is passed.
@@ -90,6 +96,10 @@ type SendMessageConfig struct {
 type ScheduleConfig struct {
 	// MaxPerUser bounds the tasks one user may have.
 	MaxPerUser int `yaml:"max_per_user"`
+	// MaxPerChannel bounds the tasks of all the users of one channel
+	// together: a bridge names its users, so the per-user bound alone
+	// does not bound a channel.
+	MaxPerChannel int `yaml:"max_per_channel"`
 	// MinInterval is the shortest repeat: "every" intervals and the gap
 	// between two runs of a cron expression.
 	MinInterval time.Duration `yaml:"min_interval"`
@@ -123,7 +133,7 @@ func DefaultConfig() Config {
 			UserAgent:    "Switchboard/1.0 (+web_fetch)",
 		},
 		SendMessage: SendMessageConfig{MaxFileBytes: 512 << 10},
-		Schedule:    ScheduleConfig{MaxPerUser: 20, MinInterval: time.Minute},
+		Schedule:    ScheduleConfig{MaxPerUser: 20, MaxPerChannel: 1000, MinInterval: time.Minute},
 	}
 }
 
@@ -203,6 +213,9 @@ func (c Config) Validate() error {
 	sc := c.Schedule
 	if sc.MaxPerUser < 1 || sc.MaxPerUser > 10000 {
 		bad("schedule.max_per_user", "must be between 1 and 10000, got %d", sc.MaxPerUser)
+	}
+	if sc.MaxPerChannel < 1 || sc.MaxPerChannel > 1000000 {
+		bad("schedule.max_per_channel", "must be between 1 and 1000000, got %d", sc.MaxPerChannel)
 	}
 	if sc.MinInterval < time.Minute {
 		bad("schedule.min_interval", "must be at least 1m, got %s", sc.MinInterval)

@@ -252,6 +252,7 @@ func TestConfigValidate(t *testing.T) {
 	c.WebFetch.UserAgent = "a\nb"
 	c.SendMessage.MaxFileBytes = 1 << 30
 	c.Schedule.MaxPerUser = 0
+	c.Schedule.MaxPerChannel = -1
 	c.Schedule.MinInterval = time.Second
 	c.Schedule.Timezone = "Mars/Olympus"
 	err := c.Validate()
@@ -262,7 +263,7 @@ func TestConfigValidate(t *testing.T) {
 		"tools.disabled[1]", "tools.disabled[2]", "tools.search_files.max_results", "tools.bash.timeout", "tools.bash.max_timeout",
 		"tools.bash.sandbox", "tools.bash.allow_users[1]", "tools.bash.allow_users[2]", "tools.bash.pass_env[1]",
 		"tools.bash.max_jobs", "tools.web_fetch.max_redirects", "tools.web_fetch.max_bytes", "tools.web_fetch.user_agent",
-		"tools.send_message.max_file_bytes", "tools.schedule.max_per_user", "tools.schedule.min_interval", "tools.schedule.timezone",
+		"tools.send_message.max_file_bytes", "tools.schedule.max_per_user", "tools.schedule.max_per_channel", "tools.schedule.min_interval", "tools.schedule.timezone",
 	} {
 		if !strings.Contains(err.Error(), want+":") {
 			t.Errorf("Validate error lacks %s:\n%v", want, err)

@@ -29,9 +29,14 @@ const (
 // refuse it (bus.Speaker.Validate). IsGroup reports that the chat has more
 // than one human: tools that act on "the user's own chats" treat a group
 // chat as nobody's.
+//
+// Owner is set by the runtime, never from a message: the speaker is an
+// owner of the agent (access.owners, or the operator's console), who may
+// change the shared prompt inputs ([SharedWrites]).
 type Session struct {
 	Key string // session key "<channel>/<chat>[/<thread>]"
 	bus.Speaker
+	Owner bool
 }
 
 // Thread returns the session's thread id: ThreadID when set, else what Key

@@ -32,24 +32,22 @@ research and small tasks in your workspace.
 - Do not share one person's private details with the group.
 
 ## Your files
-You may edit these files with your file tools to improve future
-conversations:
-- AGENT.md (this file): your persona and habits.
-- USER.md: facts and preferences about the people you help.
-- MEMORY.md: long-term notes worth remembering across conversations.
-Keep them short, accurate and up to date; remove what is no longer true.
+AGENT.md, USER.md, RULE.md, MEMORY.md, HEARTBEAT.md, skills/ and the
+shared notes in memory/ shape every conversation, with everyone: only an
+owner of this assistant may change them (the tools refuse anyone else).
+Never write facts about a person there: keep them in that person's (or
+group's) own memory with memory_write.
 `
 
 const defaultUser = `# User
 
-Facts about the people you help. Update this file when you learn something
-lasting (ask first if unsure); keep it short.
+Who this assistant serves, written by the owner and shown in every chat
+without a profile of its own: nothing about one person goes here (each
+person's facts belong in their own memory, kept with memory_write).
 
-- Name:
-- How to address them:
+- Audience:
 - Language(s):
 - Time zone:
-- Work / interests:
 - Preferences (tone, format, length):
 `
 
@@ -68,9 +66,9 @@ const defaultRule = `# Rules
 
 const defaultMemory = `# Memory
 
-Long-term notes that persist across conversations: decisions, ongoing
-projects, things the user asked you to remember. Add dated bullet points
-below; keep them brief and remove stale ones. Only the end of this file is
-shown to you each turn, so put the most important notes last.
+Shared notes, shown in every conversation with everyone: the owner's
+decisions and standing instructions; notes about one person or group go to
+their own memory (memory_write). Only the end of this file is shown each
+turn, so the most important notes go last.
 
 `

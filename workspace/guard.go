@@ -24,6 +24,10 @@ var (
 	// ErrChanged: a component of the path was replaced (e.g. by a
 	// symbolic link) between the check and the open.
 	ErrChanged = errors.New("workspace: path changed while it was being opened")
+	// ErrReadOnly: the caller may read the path but not create or change
+	// it ([Guard.Writes]), e.g. a shared prompt input ([SharedInput]) for
+	// someone who is not an owner.
+	ErrReadOnly = errors.New("workspace: path is read-only for this caller")
 )
 
 // maxLinkHops bounds the symbolic links followed for one path.
@@ -50,6 +54,7 @@ type Allow func(rel string) bool
 type Guard struct {
 	root    *os.Root
 	allow   Allow
+	write   Allow // nil: every path allow accepts is writable
 	noLinks bool
 }
 
@@ -66,6 +71,15 @@ func (w *Workspace) Guard(allow Allow) Guard { return NewGuard(w.root, allow) }
 // passing through a symbolic link (memory files are never reached through
 // one).
 func (g Guard) NoSymlinks() Guard { g.noLinks = true; return g }
+
+// Writes returns a copy of g that creates and changes files, and makes
+// folders, only where write also accepts the path as given and its real
+// path: [Guard.OpenFile] with a flag that writes (O_WRONLY, O_RDWR,
+// O_CREATE, O_TRUNC, O_APPEND) and [Guard.MkdirAll] (for the folder asked
+// for; missing parents above it are made as needed) fail with
+// [ErrReadOnly] elsewhere. Reading is unchanged. A nil write adds no
+// limit.
+func (g Guard) Writes(write Allow) Guard { g.write = write; return g }
 
 // testHookResolved, when set (tests), runs after a path was resolved and
 // allowed, before it is opened.
@@ -126,6 +140,23 @@ func (g Guard) decide(given, real string) error {
 		return fmt.Errorf("%w: %s", ErrDenied, given)
 	}
 	return nil
+}
+
+// decideWrite applies the write policy to a path the policy allows.
+func (g Guard) decideWrite(given, real string) error {
+	given = path.Clean(toSlash(given))
+	if g.write == nil || g.write(given) && g.write(real) {
+		return nil
+	}
+	if real != given {
+		return fmt.Errorf("%w: %s (it leads to %s)", ErrReadOnly, given, real)
+	}
+	return fmt.Errorf("%w: %s", ErrReadOnly, given)
+}
+
+// writes reports whether an open flag creates or changes the file.
+func writes(flag int) bool {
+	return flag&(os.O_WRONLY|os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND) != 0
 }
 
 func toSlash(p string) string { return strings.ReplaceAll(p, string(os.PathSeparator), "/") }
@@ -226,7 +257,8 @@ func (g Guard) Open(rel string) (*os.File, string, error) {
 
 // OpenFile opens rel (clean, relative to the workspace) like
 // os.Root.OpenFile, after resolving it and applying the policy (see
-// [Guard]); it returns the file and its real path. The parent folder of a
+// [Guard]) and, for a flag that writes, the write policy
+// ([Guard.Writes]); it returns the file and its real path. The parent folder of a
 // file to create must exist ([Guard.MkdirAll]). O_TRUNC is applied only
 // after the opened file was verified, so a swapped path never truncates
 // anything. Only regular files and folders are opened.
@@ -254,6 +286,11 @@ func (g Guard) openOnce(rel string, flag int, perm fs.FileMode) (*os.File, strin
 	}
 	if err := g.decide(rel, r.real); err != nil {
 		return nil, r.real, err
+	}
+	if writes(flag) {
+		if err := g.decideWrite(rel, r.real); err != nil {
+			return nil, r.real, err
+		}
 	}
 	if r.final != nil {
 		if err := openable(rel, r.final); err != nil {
@@ -372,15 +409,19 @@ func cmpDot(dir string) string {
 }
 
 // MkdirAll creates the folder rel and its missing parents (like
-// os.Root.MkdirAll) after resolving it and applying the policy to the
-// path as given and to its real path. Folders are created on the real
-// path, one at a time; an existing component must be a folder.
+// os.Root.MkdirAll) after resolving it and applying the policy (and the
+// write policy, [Guard.Writes]) to the path as given and to its real
+// path. Folders are created on the real path, one at a time; an existing
+// component must be a folder.
 func (g Guard) MkdirAll(rel string, perm fs.FileMode) error {
 	r, err := g.resolve(rel)
 	if err != nil {
 		return err
 	}
 	if err := g.decide(rel, r.real); err != nil {
+		return err
+	}
+	if err := g.decideWrite(rel, r.real); err != nil {
 		return err
 	}
 	if r.real == "." {

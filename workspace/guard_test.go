@@ -296,3 +296,82 @@ func TestInboxVisible(t *testing.T) {
 		t.Error("a session without a chat sees only inbox/ itself")
 	}
 }
+
+func TestSharedInput(t *testing.T) {
+	for rel, want := range map[string]bool{
+		"AGENT.md": true, "USER.md": true, "RULE.md": true, "MEMORY.md": true, "HEARTBEAT.md": true,
+		"skills": true, "skills/deploy/SKILL.md": true, "memory": true, "memory/2025-01-01.md": true,
+		"memory/users": true, "memory/chats": true, "memory/notes/x.md": true,
+		"memory/users/telegram/42/MEMORY.md": false, "memory/chats/telegram/-1/users/7/MEMORY.md": false,
+		".": false, "pub/AGENT.md": false, "inbox/telegram/1/a.txt": false, "AGENT.md.bak": false, "skillsx": false, "memoryx/a": false,
+	} {
+		if got := workspace.SharedInput(rel); got != want {
+			t.Errorf("SharedInput(%q) = %t, want %t", rel, got, want)
+		}
+	}
+}
+
+// TestGuardWrites: a guard with a write policy reads what it refuses to
+// write, and refuses the write whether the path is given directly,
+// reached through a symbolic link, or still to be created (a file or a
+// folder); the refusal is ErrReadOnly and changes nothing.
+func TestGuardWrites(t *testing.T) {
+	dir := t.TempDir()
+	w := open(t, dir)
+	if err := os.MkdirAll(filepath.Join(dir, "pub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	symlink(t, "../AGENT.md", filepath.Join(dir, "pub/agent.md"))
+	symlink(t, "..", filepath.Join(dir, "pub/top"))
+	before, err := os.ReadFile(filepath.Join(dir, "AGENT.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := w.Guard(nil).Writes(func(rel string) bool { return !workspace.SharedInput(rel) })
+	for _, rel := range []string{"AGENT.md", "pub/agent.md", "pub/top/AGENT.md"} {
+		f, real, err := g.Open(rel)
+		if err != nil || real != "AGENT.md" {
+			t.Fatalf("Open(%s) = %q, %v", rel, real, err)
+		}
+		f.Close()
+		for _, flag := range []int{os.O_WRONLY | os.O_TRUNC, os.O_RDWR, os.O_WRONLY | os.O_APPEND} {
+			if f, _, err := g.OpenFile(rel, flag, 0o600); !errors.Is(err, workspace.ErrReadOnly) {
+				if f != nil {
+					f.Close()
+				}
+				t.Errorf("OpenFile(%s, %#x) = %v, want ErrReadOnly", rel, flag, err)
+			}
+		}
+	}
+	for _, rel := range []string{"HEARTBEAT.md", "pub/top/HEARTBEAT.md", "skills/x/SKILL.md"} {
+		if _, _, err := g.OpenFile(rel, os.O_WRONLY|os.O_CREATE, 0o600); !errors.Is(err, workspace.ErrReadOnly) {
+			t.Errorf("create %s = %v, want ErrReadOnly", rel, err)
+		}
+	}
+	for _, rel := range []string{"skills/x", "pub/top/skills", "memory/2025"} {
+		if err := g.MkdirAll(rel, 0o700); !errors.Is(err, workspace.ErrReadOnly) {
+			t.Errorf("MkdirAll(%s) = %v, want ErrReadOnly", rel, err)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "AGENT.md")); string(b) != string(before) {
+		t.Errorf("AGENT.md changed: %q", b)
+	}
+	for _, rel := range []string{"HEARTBEAT.md", "skills", "memory"} {
+		if _, err := os.Lstat(filepath.Join(dir, rel)); err == nil {
+			t.Errorf("%s was created", rel)
+		}
+	}
+	// What the policy accepts is written; so is everything with no policy.
+	if err := g.MkdirAll("memory/users/telegram/42", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := g.OpenFile("memory/users/telegram/42/MEMORY.md", os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if f, _, err = w.Guard(nil).OpenFile("pub/agent.md", os.O_WRONLY|os.O_APPEND, 0); err != nil {
+		t.Fatalf("no write policy: %v", err)
+	}
+	f.Close()
+}

@@ -15,6 +15,8 @@
 // (agents.main may override them); a configuration without agents is one
 // agent, main, exactly as before. Each agent's workspace must be its own:
 // two agents sharing a folder would share memory, so that is refused.
+// Neither may a workspace lie inside another agent's or hold one, nor be
+// or hold data_dir or an agent's data folder (data_dir/agents/<name>).
 // agent.max_concurrent_turns, agent.partitions and agent.session_idle are
 // daemon-wide and cannot be set per agent; the workspace is
 // agents.<name>.workspace.
@@ -313,22 +315,110 @@ func decodeSpec(d Defaults, name string, node config.Node, inherited map[string]
 	return spec, errs
 }
 
-// distinctWorkspaces refuses two agents in one workspace folder.
+// distinctWorkspaces refuses a workspace folder that is another agent's
+// too, lies inside another agent's workspace or holds one, or is (or
+// holds) data_dir or an agent's data folder: the file tools would reach
+// the other agent's users' private memory, or the daemon's credentials
+// and history. Paths are compared cleaned and absolute, and again after
+// symbolic links where they exist.
 func distinctWorkspaces(specs []Spec) []error {
+	type place struct {
+		name, given string
+		forms       [2]string // absolute; real
+	}
+	at := func(name, p string) (place, bool) {
+		abs, err := filepath.Abs(p)
+		if err != nil || p == "" {
+			return place{}, false
+		}
+		return place{name, p, [2]string{abs, realPath(abs)}}, true
+	}
 	var errs []error
-	seen := map[string]string{}
+	var seen, data []place
 	for _, s := range specs {
-		dir, err := filepath.Abs(s.Workspace)
-		if err != nil || s.Workspace == "" {
+		if d, ok := at(s.Name, s.DataDir); ok {
+			data = append(data, d)
+		}
+	}
+	for _, s := range specs {
+		ws, ok := at(s.Name, s.Workspace)
+		if !ok {
 			continue
 		}
-		if other, ok := seen[dir]; ok {
-			errs = append(errs, fmt.Errorf("agents.%s.workspace: %s is agent %s's workspace too; each agent needs its own (they would share memory)", s.Name, s.Workspace, other))
-			continue
+		key := workspaceKey(s.Name)
+		bad := false
+		for _, o := range seen {
+			switch {
+			case related(ws.forms, o.forms, sameDir):
+				errs = append(errs, fmt.Errorf("%s: %s is agent %s's workspace too; each agent needs its own (they would share memory)", key, ws.given, o.name))
+			case related(ws.forms, o.forms, within):
+				errs = append(errs, fmt.Errorf("%s: %s is inside agent %s's workspace %s; each agent needs a folder of its own, apart from the others' (its file tools would reach the other agent's users' private memory)",
+					key, ws.given, o.name, o.given))
+			case related(o.forms, ws.forms, within):
+				errs = append(errs, fmt.Errorf("%s: %s holds agent %s's workspace %s; each agent needs a folder of its own, apart from the others' (its file tools would reach the other agent's users' private memory)",
+					key, ws.given, o.name, o.given))
+			default:
+				continue
+			}
+			bad = true
+			break
 		}
-		seen[dir] = s.Name
+		// data holds main's data_dir first, which holds the others'.
+		for _, d := range data {
+			if !related(d.forms, ws.forms, within) {
+				continue
+			}
+			what := "data_dir " + d.given
+			if d.name != Main {
+				what = "agent " + d.name + "'s data folder " + d.given
+			}
+			errs = append(errs, fmt.Errorf("%s: %s is or holds %s; the workspace must lie apart from it (its file tools would reach the daemon's credentials, history and memory index), e.g. in data_dir/workspace",
+				key, ws.given, what))
+			break
+		}
+		if !bad {
+			seen = append(seen, ws)
+		}
 	}
 	return errs
+}
+
+// workspaceKey names the key of an agent's workspace.
+func workspaceKey(name string) string {
+	if name == Main {
+		return "agent.workspace"
+	}
+	return "agents." + name + ".workspace"
+}
+
+// related reports whether rel holds for a and b as absolute paths or as
+// real paths.
+func related(a, b [2]string, rel func(p, base string) bool) bool {
+	return rel(a[0], b[0]) || rel(a[1], b[1])
+}
+
+func sameDir(p, base string) bool { return p == base }
+
+// within reports whether the clean absolute path p is base or lies below
+// it.
+func within(p, base string) bool {
+	r, err := filepath.Rel(base, p)
+	return err == nil && (r == "." || filepath.IsLocal(r))
+}
+
+// realPath returns the absolute clean path p with the symbolic links of
+// its longest existing part resolved (the rest as given).
+func realPath(p string) string {
+	rest := ""
+	for dir := p; ; dir = filepath.Dir(dir) {
+		if r, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(r, rest)
+		}
+		if filepath.Dir(dir) == dir {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+	}
 }
 
 // checkBindings reports bindings to unknown agents and bad patterns.

@@ -2,6 +2,8 @@ package profiles
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -369,5 +371,68 @@ bindings:
 	}
 	if w, _ := rt.router.set.Load().Agent("work"); w.LLM.Model != "other" {
 		t.Errorf("work runs with model %q after a refused replacement, want other", w.LLM.Model)
+	}
+}
+
+// TestWorkspacesApart: a workspace that is data_dir or holds it, holds an
+// agent's data folder, or lies inside another agent's workspace (or holds
+// one) would let the file tools read the daemon's credentials, history or
+// another agent's users' private memory: each is a problem naming the
+// key, found on the paths as written and on their real paths after
+// symbolic links. The default layout passes.
+func TestWorkspacesApart(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"real/ws/sub", "real/data"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(dir, "real"), filepath.Join(dir, "alias")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, data, yaml string
+		want             []string
+	}{
+		{"default layout", "/data", "agents: {work: {}}\nagent: {workspace: /data/workspace}\n", nil},
+		{"data_dir itself", "/data", "agent: {workspace: /data}\n",
+			[]string{"agent.workspace: /data is or holds data_dir /data"}},
+		{"above data_dir", "/srv/bot/data", "agent: {workspace: /srv/bot}\n",
+			[]string{"agent.workspace: /srv/bot is or holds data_dir /srv/bot/data"}},
+		{"an agent's data folder", "/data", "agents: {work: {workspace: /data/agents/work}}\nagent: {workspace: /ws}\n",
+			[]string{"agents.work.workspace: /data/agents/work is or holds agent work's data folder /data/agents/work"}},
+		{"another agent's data folder", "/data", "agents: {work: {}, pets: {workspace: /data/agents}}\nagent: {workspace: /ws}\n",
+			[]string{"agents.pets.workspace: /data/agents is or holds agent pets's data folder /data/agents/pets",
+				"agents.work.workspace: /data/agents/work/workspace is inside agent pets's workspace /data/agents"}},
+		{"inside main's", "/data", "agents: {work: {workspace: /ws/work}}\nagent: {workspace: /ws}\n",
+			[]string{"agents.work.workspace: /ws/work is inside agent main's workspace /ws"}},
+		{"holding main's", "/data", "agents: {work: {workspace: /srv}}\nagent: {workspace: /srv/main}\n",
+			[]string{"agents.work.workspace: /srv holds agent main's workspace /srv/main"}},
+		{"inside through a symbolic link", filepath.Join(dir, "real/data"),
+			"agents: {work: {workspace: " + filepath.Join(dir, "alias/ws/sub") + "}}\nagent: {workspace: " + filepath.Join(dir, "real/ws") + "}\n",
+			[]string{"agents.work.workspace: " + filepath.Join(dir, "alias/ws/sub") + " is inside agent main's workspace " + filepath.Join(dir, "real/ws")}},
+		{"data_dir through a symbolic link", filepath.Join(dir, "alias/data"), "agent: {workspace: " + filepath.Join(dir, "real") + "}\n",
+			[]string{"agent.workspace: " + filepath.Join(dir, "real") + " is or holds data_dir " + filepath.Join(dir, "alias/data")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := file{DataDir: tc.data, LLM: llm.DefaultConfig(), Agent: agent.DefaultConfig(), Tools: tools.DefaultConfig()}
+			if err := config.Decode([]byte(tc.yaml), &f, config.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			f.LLM.BaseURL = llm.DefaultBaseURL
+			_, err := Build(Defaults{LLM: f.LLM, Agent: f.Agent, Tools: f.Tools, DataDir: f.DataDir}, f.Agents, f.Bindings)
+			var got []string
+			for _, p := range config.Problems(err) {
+				got = append(got, p.Error())
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("problems %q, want %q", got, tc.want)
+			}
+			for i, w := range tc.want {
+				if !strings.HasPrefix(got[i], w) {
+					t.Errorf("problem %q, want it to start with %q", got[i], w)
+				}
+			}
+		})
 	}
 }

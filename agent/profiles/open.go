@@ -19,6 +19,7 @@ import (
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
 	"github.com/switchboard-chat/switchboard/metrics"
 	"github.com/switchboard-chat/switchboard/tools/mcp"
+	"github.com/switchboard-chat/switchboard/tools/schedule"
 	"github.com/switchboard-chat/switchboard/tools/toolset"
 	"github.com/switchboard-chat/switchboard/workspace"
 )
@@ -31,6 +32,9 @@ type Shared struct {
 	Version       string
 	// Bus publishes what the tools send (messages, scheduled tasks).
 	Bus toolset.Publisher
+	// SchedulePace paces every agent's scheduled runs per channel
+	// (toolset.Config.SchedulePace).
+	SchedulePace *schedule.Pace
 	// Metrics and Requests wrap each agent's model client (model request
 	// metrics; the web dashboard's request log).
 	Metrics  *metrics.Metrics
@@ -82,7 +86,8 @@ func openFiles(spec Spec, sh Shared, log *slog.Logger) (_ *agentFiles, err error
 	closers = append(closers, f.ws.Close)
 	mo := longterm.Options{Config: sh.Memory, Root: f.ws.Root(), DataDir: spec.DataDir,
 		LLMBaseURL: spec.LLM.BaseURL, LLMAPIKey: spec.LLM.APIKey, Model: &f.model, Log: log}
-	tc := toolset.Config{Tools: spec.Tools, MCP: sh.MCP, SubjectPrefix: sh.SubjectPrefix, DataDir: spec.DataDir, Version: sh.Version}
+	tc := toolset.Config{Tools: spec.Tools, MCP: sh.MCP, SubjectPrefix: sh.SubjectPrefix, DataDir: spec.DataDir, Version: sh.Version,
+		SchedulePace: sh.SchedulePace}
 	// With the cluster state (memory.store jetstream) main keeps the keys
 	// and leases it always had; another agent its own key scope and leases
 	// "consolidate.<name>", "scheduler.<name>".

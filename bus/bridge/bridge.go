@@ -25,6 +25,8 @@
 //     dropped (and acknowledged) without calling the handler: the ids are
 //     remembered in a bounded in-memory set ([Options.SeenTTL],
 //     [Options.SeenMax]) and, with [Options.SeenStore], across restarts.
+//     So is a typing or delta message of a turn whose final the handler
+//     was given: nothing follows a final (docs/bus-protocol.md §4.2).
 //
 // Build a Client with [New] over a connection the caller owns (an adapter
 // inside the daemon) or with [Dial] for an external process (the Client owns
@@ -168,7 +170,9 @@ type Options struct {
 	// bus.out_retention.
 	SeenTTL time.Duration
 	// SeenMax bounds the ids the in-memory set remembers (default
-	// [DefaultSeenMax]); the oldest is forgotten first.
+	// [DefaultSeenMax]); the oldest is forgotten first. The turns whose
+	// final was handed over (whose typing and deltas are dropped) are
+	// remembered with the same bounds, SeenTTL and SeenMax.
 	SeenMax int
 	// OnDuplicate, when set, is called for every outbound envelope dropped
 	// because its id was already shown (a metric). It must be cheap and

@@ -41,9 +41,12 @@ const (
 // shown ([Remembered]) is dropped by the kit and never reaches the handler
 // twice, unless the bridge died between the handler's success and the
 // kit's record of it (a [SeenStore] keeps the record across restarts).
-// For the rest the protocol's rules apply (ignore a delta whose seq is not
-// above the last one handled for its in_reply_to, or that comes after the
-// final).
+// Nor does a typing or delta message of a turn whose final the handler was
+// given (in this run of the client): nothing follows a final, also when
+// the server delivers an older message again after it lost the
+// acknowledgement (a crash of the daemon's embedded server). For the rest
+// the protocol's rules apply (ignore a delta whose seq is not above the
+// last one handled for its in_reply_to).
 type Handler func(ctx context.Context, out bus.Outbound) error
 
 // ConsumeOutbound delivers the outbound envelopes of the client's channel
@@ -231,10 +234,12 @@ func (c *Client) setupConsumer(ctx context.Context) (jetstream.Consumer, error) 
 }
 
 // sameSettings reports whether an existing consumer already has the
-// settings ConsumeOutbound relies on.
+// settings ConsumeOutbound relies on. The description is free text: a
+// consumer the daemon made for a declared bridge says so in its own words,
+// and is used as it is (the daemon refuses a bridge's changes to it
+// anyway).
 func sameSettings(have, want jetstream.ConsumerConfig) bool {
 	return have.FilterSubject == want.FilterSubject && len(have.FilterSubjects) == 0 &&
 		have.AckPolicy == want.AckPolicy && have.AckWait == want.AckWait &&
-		have.MaxAckPending == want.MaxAckPending && have.MaxDeliver == want.MaxDeliver &&
-		have.Description == want.Description
+		have.MaxAckPending == want.MaxAckPending && have.MaxDeliver == want.MaxDeliver
 }

@@ -287,6 +287,10 @@ func superseded(q []*item) bool {
 // is superseded, then acknowledges it and returns true. It returns false,
 // leaving it queued and unacknowledged, when ctx is cancelled.
 func (d *dispatcher) handle(ctx context.Context, cv *conv, it *item) bool {
+	if d.c.seen.afterFinal(&it.out) {
+		d.done(cv, it, "after the final")
+		return true
+	}
 	if d.c.seen.shown(ctx, d.c, &it.out) {
 		d.done(cv, it, "already shown")
 		return true
@@ -308,6 +312,7 @@ func (d *dispatcher) handle(ctx context.Context, cv *conv, it *item) bool {
 		if errors.Is(err, ErrPermanent) {
 			d.log.Error("outbound message failed permanently; dropping it", "chat_id", it.out.ChatID, "thread_id", it.out.ThreadID,
 				"id", it.out.ID, "kind", it.out.Kind, "stream_seq", it.seq, "err", err)
+			d.c.seen.end(&it.out)
 			d.done(cv, it, "failed permanently")
 			return true
 		}

@@ -152,16 +152,35 @@ func (s *SeenSet) drop() {
 	}
 }
 
-// dedup is a Client's memory of the outbound ids it has shown.
+// dedup is a Client's memory of the outbound ids it has shown, and of the
+// turns (in_reply_to) whose final it has handed over.
 type dedup struct {
 	mem   *SeenSet
+	ended *SeenSet  // in_reply_to of the finals handed over (this run only)
 	store SeenStore // nil: memory only
 	onDup func(bus.Outbound)
 	now   func() time.Time
 }
 
 func newDedup(o Options) *dedup {
-	return &dedup{mem: NewSeenSet(o.SeenMax, o.SeenTTL), store: o.SeenStore, onDup: o.OnDuplicate, now: time.Now}
+	return &dedup{mem: NewSeenSet(o.SeenMax, o.SeenTTL), ended: NewSeenSet(o.SeenMax, o.SeenTTL), store: o.SeenStore,
+		onDup: o.OnDuplicate, now: time.Now}
+}
+
+// afterFinal reports whether out is a typing or delta message of a turn
+// whose final was handed over already: nothing follows a final
+// (docs/bus-protocol.md §4.2). A durable consumer delivers such a message
+// again when the server lost the acknowledgement it had for it (a crash of
+// the daemon's embedded server), after the final.
+func (d *dedup) afterFinal(out *bus.Outbound) bool {
+	return !out.Final && out.InReplyTo != "" && (out.Kind == bus.KindTyping || out.Kind == bus.KindDelta) && d.ended.Has(out.InReplyTo)
+}
+
+// end remembers that out, when it is a final, ended its turn.
+func (d *dedup) end(out *bus.Outbound) {
+	if out.Final && out.InReplyTo != "" {
+		d.ended.Add(out.InReplyTo)
+	}
 }
 
 // shown reports whether out was shown before (and counts it then).
@@ -181,6 +200,7 @@ func (d *dedup) shown(ctx context.Context, c *Client, out *bus.Outbound) bool {
 		seen = ok
 	}
 	if seen {
+		d.end(out)
 		c.log.Info("outbound message already shown; dropping the copy", "chat_id", out.ChatID, "id", out.ID,
 			"kind", out.Kind, "in_reply_to", out.InReplyTo)
 		if d.onDup != nil {
@@ -192,6 +212,7 @@ func (d *dedup) shown(ctx context.Context, c *Client, out *bus.Outbound) bool {
 
 // record remembers that out was shown.
 func (d *dedup) record(ctx context.Context, c *Client, out *bus.Outbound) {
+	d.end(out)
 	if !Remembered(out) {
 		return
 	}

@@ -35,7 +35,8 @@ const readyTimeout = 10 * time.Second
 // delivered them. A remembered envelope ([Remembered]) whose id was already
 // shown is dropped without calling h: JetStream's de-duplication keeps a
 // final the daemon publishes again out of the stream, but core subscribers
-// receive every copy. A failing h is retried with [Options.Backoff] like
+// receive every copy. So is a typing or delta message of a turn whose
+// final h was given. A failing h is retried with [Options.Backoff] like
 // ConsumeOutbound's handler, unless the error wraps [ErrPermanent].
 //
 // It returns an error if the subscription fails or the connection closes.
@@ -145,7 +146,7 @@ func (c *Client) Subscribe(ctx context.Context, s Subscription) error {
 			c.log.Error("dropping invalid outbound message", "subject", m.Subject, "reason", err.Error())
 			continue
 		}
-		if c.seen.shown(ctx, c, &out) {
+		if c.seen.afterFinal(&out) || c.seen.shown(ctx, c, &out) {
 			continue
 		}
 		if c.handleCore(ctx, s.Outbound, out) {

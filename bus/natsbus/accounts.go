@@ -25,6 +25,17 @@ func IngressSubject(prefix, bridge, rest string) string {
 	return prefix + ".ingress." + bridge + "." + rest
 }
 
+// BridgeAPISubject returns the daemon-account subject on which the ingress
+// answers a JetStream API request of the bridge named bridge:
+// "<p>.ingress-api.<bridge>.<rest>", with rest "consumer.<channel>.>" for
+// a request to (re)create its durable consumer and "info" for the
+// JetStream account info. No stream captures it, and no channel name can
+// make an [IngressSubject] equal to it. With an external server an
+// operator maps the bridge's requests to it (docs/bridges.md).
+func BridgeAPISubject(prefix, bridge, rest string) string {
+	return prefix + ".ingress-api." + bridge + "." + rest
+}
+
 // bridgeImport is one subject the daemon account gives a bridge account.
 type bridgeImport struct {
 	from, to string                 // subject in the bridge account, subject in the daemon account
@@ -40,9 +51,13 @@ type bridgeImport struct {
 // the bridge gave):
 //
 //	<p>.in.<channel>.>  ->  <p>.ingress.<bridge>.<channel>.>   its inbound messages, to the ingress
-//	$JS.API.INFO                                         JetStream account info
+//	$JS.API.CONSUMER.CREATE.<OUT>.bridge_<name>.<p>.out.<channel>.>
+//	                    ->  <p>.ingress-api.<bridge>.consumer.<channel>.>
+//	                                                     (re)create its consumer: the ingress allows
+//	                                                     only the daemon's settings ([BridgeConsumerConfig])
+//	$JS.API.INFO        ->  <p>.ingress-api.<bridge>.info   JetStream account info, of the bridge's
+//	                                                     own view (the ingress answers it)
 //	$JS.API.CONSUMER.INFO.<OUT>.bridge_<name>            look up its durable consumer
-//	$JS.API.CONSUMER.CREATE.<OUT>.bridge_<name>.<p>.out.<channel>.>   (re)create it, one channel filter
 //	$JS.API.CONSUMER.MSG.NEXT.<OUT>.bridge_<name>        pull from it (streamed replies)
 //	$JS.ACK.<OUT>.bridge_<name>.>                        acknowledge what it pulled
 //
@@ -64,14 +79,15 @@ func bridgeImports(prefix, bridge string, channels []string) []bridgeImport {
 	for _, ch := range channels {
 		imps = append(imps,
 			bridgeImport{from: prefix + ".in." + ch + ".>", to: IngressSubject(prefix, bridge, ch+".>"), resp: server.Singleton},
-			api("$JS.API.CONSUMER.CREATE."+out+"."+cons+"."+subj.OutChannel(ch), server.Singleton),
+			bridgeImport{from: "$JS.API.CONSUMER.CREATE." + out + "." + cons + "." + subj.OutChannel(ch),
+				to: BridgeAPISubject(prefix, bridge, consumerAPIToken+"."+ch+".>"), resp: server.Singleton},
 			bridgeImport{from: subj.OutChannel(ch), to: subj.OutChannel(ch), stream: true},
 			bridgeImport{from: prefix + ".event." + ch + ".>", to: prefix + ".event." + ch + ".>", stream: true},
 			bridgeImport{from: subj.DLQ(ch), to: subj.DLQ(ch), stream: true},
 		)
 	}
 	return append(imps,
-		api("$JS.API.INFO", server.Singleton),
+		bridgeImport{from: "$JS.API.INFO", to: BridgeAPISubject(prefix, bridge, infoAPIToken), resp: server.Singleton},
 		api("$JS.API.CONSUMER.INFO."+out+"."+cons, server.Singleton),
 		api("$JS.API.CONSUMER.MSG.NEXT."+out+"."+cons, server.Streamed),
 		api("$JS.ACK."+out+"."+cons+".>", server.Singleton),

@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
@@ -116,6 +117,7 @@ type authenticator struct {
 	users    map[string]secretEntry // user name -> password
 	nkeys    map[string]principal   // public user NKey -> bridge
 	accounts atomic.Pointer[map[string]*server.Account]
+	guard    *loginGuard
 	log      *slog.Logger
 }
 
@@ -126,7 +128,7 @@ func (a *authenticator) setAccounts(accs map[string]*server.Account) { a.account
 // newAuthenticator builds the authentication of cfg (which has passed
 // Validate) with internalToken for the daemon's own connection.
 func newAuthenticator(cfg Config, internalToken string, log *slog.Logger) *authenticator {
-	a := &authenticator{users: map[string]secretEntry{}, nkeys: map[string]principal{}, log: log}
+	a := &authenticator{users: map[string]secretEntry{}, nkeys: map[string]principal{}, guard: newLoginGuard(log), log: log}
 	a.tokens = append(a.tokens, secretEntry{[]byte(internalToken), principal{label: clientName}})
 	admin := principal{label: "admin"}
 	if cfg.Admin.Token != "" {
@@ -151,14 +153,21 @@ func newAuthenticator(cfg Config, internalToken string, log *slog.Logger) *authe
 }
 
 // Check authenticates a client connection and registers its permissions.
+// A remote address with too many failed logins is refused unchecked
+// ([loginGuard]).
 func (a *authenticator) Check(c server.ClientAuthentication) bool {
 	if c.Kind() != server.CLIENT {
 		return false
 	}
 	o := c.GetOpts()
+	addr, now := c.RemoteAddress(), time.Now()
+	if !a.guard.allow(addr, now) {
+		a.guard.failed(addr, credentialKind(o), true, now)
+		return false
+	}
 	who, ok := a.identify(o, c.GetNonce())
 	if !ok {
-		a.log.Debug("nats client rejected", "remote", remoteAddr(c.RemoteAddress()), "user", o.Username, "nkey", o.Nkey, "token", o.Token != "")
+		a.guard.failed(addr, credentialKind(o), false, now)
 		return false
 	}
 	u := &server.User{Username: who.label}
@@ -202,6 +211,20 @@ func (a *authenticator) identify(o *server.ClientOpts, nonce []byte) (principal,
 		return who, found
 	}
 	return principal{}, false
+}
+
+// credentialKind names the kind of credential a client offered, for the
+// log: never its value.
+func credentialKind(o *server.ClientOpts) string {
+	switch {
+	case o.Nkey != "":
+		return "nkey"
+	case o.Username != "":
+		return "user"
+	case o.Token != "":
+		return "token"
+	}
+	return "none"
 }
 
 // verifyNonce checks a client's signature of the server's nonce with its

@@ -1,15 +1,12 @@
 package natsbus
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,15 +23,23 @@ const (
 	// BridgeMaxAckPending bounds a bridge's pulled-but-unacknowledged
 	// messages.
 	BridgeMaxAckPending = 1000
+	// BridgeMaxWaiting bounds a bridge's pull requests waiting at once
+	// (the server's default, set so that the consumer the server reports
+	// is exactly the daemon's).
+	BridgeMaxWaiting = 512
 	// rateLimitLogEvery bounds how often a channel's rate limiting is
 	// logged.
 	rateLimitLogEvery = 10 * time.Second
 )
 
 // BridgeConsumerConfig returns the durable consumer the daemon creates on
-// the out stream for a bridge: [BridgeConsumerName], filtered to the
-// channels' outbound subjects, delivering only messages published after its
-// creation, explicit acks with [BridgeAckWait], unlimited deliveries.
+// the out stream for a bridge, the only one the bridge may have:
+// [BridgeConsumerName], a pull consumer filtered to the channels' outbound
+// subjects, delivering only messages published after its creation,
+// explicit acks with [BridgeAckWait], unlimited deliveries, never deleted
+// for inactivity. A bridge's request to create or update it with any other
+// setting is refused, and the daemon puts back a consumer someone changed
+// or deleted ([Open], docs/bus-protocol.md §1.1).
 func BridgeConsumerConfig(prefix, bridge string, channels []string) jetstream.ConsumerConfig {
 	cfg := jetstream.ConsumerConfig{
 		Durable:       BridgeConsumerName(bridge),
@@ -43,6 +48,7 @@ func BridgeConsumerConfig(prefix, bridge string, channels []string) jetstream.Co
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       BridgeAckWait,
 		MaxAckPending: BridgeMaxAckPending,
+		MaxWaiting:    BridgeMaxWaiting,
 		MaxDeliver:    -1,
 	}
 	setFilters(&cfg, bridgeFilters(prefix, channels))
@@ -78,43 +84,6 @@ func consumerFilters(cfg jetstream.ConsumerConfig) []string {
 	return f
 }
 
-// ensureBridgeConsumers creates each declared bridge's durable consumer on
-// the out stream. An existing one keeps its settings and position, but its
-// filter is reset to the bridge's channels when it differs, so a consumer
-// can never hand a bridge another channel's messages.
-func (b *Bus) ensureBridgeConsumers(ctx context.Context, bridges map[string]BridgeConfig) error {
-	for name, br := range bridges {
-		want := BridgeConsumerConfig(b.subj.Prefix, name, br.Channels)
-		cons, err := b.js.Consumer(ctx, b.streams.Out, want.Durable)
-		switch {
-		case errors.Is(err, jetstream.ErrConsumerNotFound):
-			if _, err := b.js.CreateConsumer(ctx, b.streams.Out, want); err != nil {
-				return fmt.Errorf("create consumer %s/%s: %w", b.streams.Out, want.Durable, err)
-			}
-			continue
-		case err != nil:
-			return fmt.Errorf("look up consumer %s/%s: %w", b.streams.Out, want.Durable, err)
-		}
-		have := cons.CachedInfo().Config
-		if slices.Equal(consumerFilters(have), consumerFilters(want)) {
-			continue
-		}
-		b.log.Warn("bridge consumer filter reset to the bridge's channels", "consumer", want.Durable,
-			"had", consumerFilters(have), "now", consumerFilters(want))
-		setFilters(&have, consumerFilters(want))
-		if _, err := b.js.UpdateConsumer(ctx, b.streams.Out, have); err != nil {
-			// Not updatable (e.g. a push consumer): replace it.
-			if derr := b.js.DeleteConsumer(ctx, b.streams.Out, want.Durable); derr != nil {
-				return fmt.Errorf("replace consumer %s/%s: update: %w; delete: %w", b.streams.Out, want.Durable, err, derr)
-			}
-			if _, err := b.js.CreateConsumer(ctx, b.streams.Out, want); err != nil {
-				return fmt.Errorf("create consumer %s/%s: %w", b.streams.Out, want.Durable, err)
-			}
-		}
-	}
-	return nil
-}
-
 // channelLimit is the inbound rate limit of one bridge channel.
 type channelLimit struct {
 	channel string
@@ -127,9 +96,7 @@ type channelLimit struct {
 	// never produces more answers than the channel may send messages.
 	answers *rate.Limiter
 
-	mu      sync.Mutex // guards the log throttle
-	dropped int
-	logged  time.Time
+	drops logThrottle // rate-limited messages not logged yet
 }
 
 // newLimits builds one token bucket per bridge channel: rate
@@ -214,16 +181,8 @@ func (b *Bus) rateLimited(m jetstream.Msg) bool {
 // noteDropped counts a rate-limited message and logs at most once per
 // rateLimitLogEvery per channel.
 func (cl *channelLimit) noteDropped(log *slog.Logger) {
-	cl.mu.Lock()
-	cl.dropped++
-	now := time.Now()
-	if now.Sub(cl.logged) < rateLimitLogEvery {
-		cl.mu.Unlock()
-		return
+	if n, ok := cl.drops.note(time.Now(), 1); ok {
+		log.Warn("inbound rate limit exceeded: messages dead-lettered", "channel", cl.channel, "bridge", cl.bridge,
+			"max_msgs_per_sec", cl.rate, "dropped", n)
 	}
-	n := cl.dropped
-	cl.dropped, cl.logged = 0, now
-	cl.mu.Unlock()
-	log.Warn("inbound rate limit exceeded: messages dead-lettered", "channel", cl.channel, "bridge", cl.bridge,
-		"max_msgs_per_sec", cl.rate, "dropped", n)
 }

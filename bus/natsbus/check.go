@@ -123,5 +123,8 @@ func (c Config) CheckAuth(dataDir string) health.Result {
 		bridges = fmt.Sprintf("%d %s, %s", len(names), health.Plural(len(names), "bridge", "bridges"), strings.Join(names, "; "))
 	}
 	r.Status, r.Detail = health.OK, fmt.Sprintf("the embedded listener on %s requires credentials (no anonymous client): %s; %s", c.Listen, bridges, operators)
+	if weak := c.WeakSecrets(); len(weak) > 0 {
+		r.Status, r.Detail = health.Warn, r.Detail+"; "+strings.Join(weak, "; ")
+	}
 	return r
 }

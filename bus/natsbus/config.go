@@ -65,6 +65,11 @@ type Config struct {
 	// ([PartitionConsumerConfig]); 0 and 1 mean one consumer,
 	// [ConsumerName].
 	Partitions int `yaml:"-"`
+	// BuiltinChannels are the channel names of the daemon's own adapters
+	// (console, telegram, slack, web, openai), filled in by the daemon
+	// (not a key of the bus section): a bridge may neither be named after
+	// one (its consumer, bridge_<name>, is the adapter's) nor declare one.
+	BuiltinChannels []string `yaml:"-"`
 }
 
 // BridgeConfig declares one bridge (YAML "bus.bridges.<name>"). Exactly one
@@ -109,6 +114,12 @@ const (
 	MaxMsgsPerSecLimit = 100_000
 )
 
+// MinSecretLength is the shortest bus.admin token or password, or bridge
+// token or password, accepted when bus.listen is not a loopback address
+// (shorter ones are a warning on loopback): generated secrets are far
+// longer (openssl rand -hex 32 gives 64 characters).
+const MinSecretLength = 16
+
 // MaxReplicas bounds bus.replicas (JetStream's own limit).
 const MaxReplicas = 5
 
@@ -118,6 +129,14 @@ const DefaultOutRetention = 24 * time.Hour
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{Listen: "127.0.0.1:4222", SubjectPrefix: "chat", MaxTextBytes: 65536, OutRetention: DefaultOutRetention, Replicas: 1}
+}
+
+// WithBuiltinChannels returns c with [Config.BuiltinChannels] set to
+// names: the daemon's own adapters' channels, which no bridge may be named
+// after or declare.
+func (c Config) WithBuiltinChannels(names []string) Config {
+	c.BuiltinChannels = slices.Clone(names)
+	return c
 }
 
 // OutRetentionOrDefault returns OutRetention, or [DefaultOutRetention] when
@@ -141,6 +160,10 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("bus.listen: port must be a number from 0 to 65535 (0 picks a free port), got %q", port))
 		} else if !loopbackHost(host) && !c.Admin.Set() {
 			errs = append(errs, fmt.Errorf("bus.admin: token, or user and password, is required when bus.listen (%q) is not a loopback address: the operator credential the daemon generates in data_dir is for processes on this machine only; set bus.admin (e.g. token: ${SWITCHBOARD_BUS_ADMIN_TOKEN}) or listen on 127.0.0.1", c.Listen))
+		} else if !loopbackHost(host) {
+			for _, key := range c.shortSecrets() {
+				errs = append(errs, fmt.Errorf("%s: must be at least %d characters when bus.listen (%q) is not a loopback address: anyone who reaches the listener can try to guess it; use a long random string (openssl rand -hex 32)", key, MinSecretLength, c.Listen))
+			}
 		}
 	}
 	if !prefixRE.MatchString(c.SubjectPrefix) {
@@ -194,8 +217,11 @@ func (c Config) validateBridges() []error {
 	for _, name := range names {
 		b := c.Bridges[name]
 		key := "bus.bridges." + name
-		if !bus.ValidChannel(name) {
+		switch {
+		case !bus.ValidChannel(name):
 			errs = append(errs, fmt.Errorf("%s: bridge name must match ^[a-z0-9_-]{1,32}$, got %q", key, name))
+		case slices.Contains(c.BuiltinChannels, name):
+			errs = append(errs, fmt.Errorf("%s: %q is the name of a built-in channel, whose adapter owns the consumer %s; give the bridge another name", key, name, BridgeConsumerName(name)))
 		}
 		if len(b.Channels) == 0 {
 			errs = append(errs, fmt.Errorf("%s.channels: must list at least one channel", key))
@@ -209,6 +235,8 @@ func (c Config) validateBridges() []error {
 				errs = append(errs, fmt.Errorf("%s: %q is reserved for dead letters of unparsable subjects", ckey, ch))
 			case ch == bus.HeartbeatChannel:
 				errs = append(errs, fmt.Errorf("%s: %q is reserved for the agents' heartbeat turns", ckey, ch))
+			case slices.Contains(c.BuiltinChannels, ch):
+				errs = append(errs, fmt.Errorf("%s: %q is a built-in channel of the daemon (its own adapter speaks for it); a bridge needs a channel name of its own", ckey, ch))
 			case taken && prev == name:
 				errs = append(errs, fmt.Errorf("%s: channel %q is listed twice", ckey, ch))
 			case taken:
@@ -242,6 +270,45 @@ func (c Config) validateBridges() []error {
 		}
 	}
 	return errs
+}
+
+// shortSecrets returns the keys of the embedded server's secrets (bus.admin
+// and the bridges' tokens and passwords) shorter than [MinSecretLength],
+// sorted.
+func (c Config) shortSecrets() []string {
+	var keys []string
+	short := func(key, secret string) {
+		if secret != "" && len(secret) < MinSecretLength {
+			keys = append(keys, key)
+		}
+	}
+	short("bus.admin.token", c.Admin.Token)
+	short("bus.admin.password", c.Admin.Password)
+	for name, b := range c.Bridges {
+		short("bus.bridges."+name+".token", b.Token)
+		short("bus.bridges."+name+".password", b.Password)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// WeakSecrets returns one warning per secret of the embedded listener
+// shorter than [MinSecretLength], naming its key: the daemon logs them at
+// start and `switchboard check` shows them. It is empty with bus.url, an
+// in-process bus, or a listener that is not a loopback address (where
+// Validate refuses them).
+func (c Config) WeakSecrets() []string {
+	if c.URL != "" || c.Listen == "" {
+		return nil
+	}
+	if host, _, err := net.SplitHostPort(c.Listen); err != nil || !loopbackHost(host) {
+		return nil
+	}
+	var warns []string
+	for _, key := range c.shortSecrets() {
+		warns = append(warns, fmt.Sprintf("%s is shorter than %d characters: any process on this machine can guess it (failed logins are throttled, not stopped); use a long random string (openssl rand -hex 32)", key, MinSecretLength))
+	}
+	return warns
 }
 
 // checkBridgeCredentials checks that exactly one credential kind is set and

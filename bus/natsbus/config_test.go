@@ -106,7 +106,33 @@ func TestConfigValidateBridges(t *testing.T) {
 		{"empty host without admin", func(c *natsbus.Config) {
 			c.Listen, c.Admin = ":4222", natsbus.AdminConfig{}
 		}, []string{`bus.listen (":4222") is not a loopback address`}},
-		{"all interfaces with admin", func(c *natsbus.Config) { c.Listen = "0.0.0.0:4222" }, nil},
+		{"all interfaces with admin", func(c *natsbus.Config) {
+			c.Listen, c.Admin.Token = "0.0.0.0:4222", "a-long-admin-token-for-the-network"
+		}, nil},
+		{"short secrets on all interfaces", func(c *natsbus.Config) {
+			c.Listen, c.Admin = "0.0.0.0:4222", natsbus.AdminConfig{User: "ops", Password: "p"}
+			c.Bridges = bridges{
+				"a": {Channels: []string{"a"}, Token: "x"},
+				"b": {Channels: []string{"b"}, User: "b", Password: "fifteen-chars!!"},
+				"c": {Channels: []string{"c"}, Token: "sixteen-chars!!!"},
+				"d": {Channels: []string{"d"}, NKey: pub},
+			}
+		}, []string{
+			`bus.admin.password: must be at least 16 characters when bus.listen ("0.0.0.0:4222") is not a loopback address`,
+			"bus.bridges.a.token: must be at least 16 characters",
+			"bus.bridges.b.password: must be at least 16 characters",
+		}},
+		{"a bridge named after a built-in channel", func(c *natsbus.Config) {
+			*c = c.WithBuiltinChannels([]string{"console", "telegram", "slack", "web", "openai"})
+			c.Bridges = bridges{"web": {Channels: []string{"mine"}, Token: "t"}}
+		}, []string{`bus.bridges.web: "web" is the name of a built-in channel, whose adapter owns the consumer bridge_web`}},
+		{"a bridge declaring built-in channels", func(c *natsbus.Config) {
+			*c = c.WithBuiltinChannels([]string{"console", "telegram", "slack", "web", "openai"})
+			c.Bridges = bridges{"x": {Channels: []string{"ok", "telegram", "console"}, Token: "t"}}
+		}, []string{
+			`bus.bridges.x.channels[1]: "telegram" is a built-in channel of the daemon`,
+			`bus.bridges.x.channels[2]: "console" is a built-in channel of the daemon`,
+		}},
 		{"localhost without admin", func(c *natsbus.Config) { c.Listen, c.Admin = "localhost:4222", natsbus.AdminConfig{} }, nil},
 		{"ipv6 loopback without admin", func(c *natsbus.Config) { c.Listen, c.Admin = "[::1]:4222", natsbus.AdminConfig{} }, nil},
 		{"external needs no admin", func(c *natsbus.Config) {

@@ -318,7 +318,7 @@ func (b *Bus) ensureAfterReconnect(ctx context.Context) (missing bool) {
 		b.log.Warn("after reconnecting: could not ensure the streams", "err", err)
 		return true
 	}
-	if err := b.ensureBridgeConsumers(ctx, b.bridges); err != nil {
+	if err := b.repairBridgeConsumers(ctx); err != nil {
 		b.log.Warn("after reconnecting: could not ensure the bridges' consumers", "err", err)
 	}
 	for _, cfg := range b.consumerConfigs() {
@@ -346,7 +346,9 @@ func (b *Bus) recreate(ctx context.Context) ([]*part, error) {
 		}
 		err := b.ensureStreams(ctx)
 		if err == nil {
-			err = b.ensureBridgeConsumers(ctx, b.bridges)
+			if rerr := b.repairBridgeConsumers(ctx); rerr != nil { // the watch retries them
+				b.log.Warn("could not ensure the bridges' consumers", "err", rerr)
+			}
 		}
 		if err == nil {
 			parts, err = b.setupConsumers(ctx)

@@ -20,13 +20,16 @@ import (
 // several daemons sharing an external server each take a message once.
 const ingressQueue = "switchboard-ingress"
 
-// ingressPending bounds the messages (and bytes) one bridge's ingress
-// subscription holds before the client drops that bridge's excess; each
-// bridge has its own subscription, so a flood by one never drops another's
-// message.
+// Bounds of what one bridge's ingress subscription holds before the
+// ingress has taken it: the client drops the bridge's excess (counted and
+// logged, [ingress.dropped]). Each bridge has its own subscriptions, so a
+// flood by one never drops another's message. The bytes are
+// [ingressPendingPayloads] of the server's largest message (4 MiB with
+// the default max_payload of 1 MiB), so a message of any allowed size
+// fits; the count bounds a flood of small messages.
 const (
-	ingressPendingMsgs  = 64 << 10
-	ingressPendingBytes = 256 << 20
+	ingressPendingMsgs     = 16 << 10
+	ingressPendingPayloads = 4
 )
 
 // ingress receives, in the daemon account, what each bridge publishes on its
@@ -66,6 +69,13 @@ type ingress struct {
 	log     *slog.Logger
 	inbox   string // prefix of the replies of the stream to the ingress
 	subs    []*nats.Subscription
+	// pendingBytes bounds each bridge subscription's held bytes.
+	pendingBytes int
+	// bridgeOf names the bridge of each ingress subscription; drops
+	// throttles the log lines of each bridge's dropped messages. Both are
+	// set by start and read-only after.
+	bridgeOf map[*nats.Subscription]string
+	drops    map[string]*logThrottle
 }
 
 // serviceReplyPrefix starts the reply subjects the server substitutes for a
@@ -90,20 +100,74 @@ func (g *ingress) start(bridges map[string]BridgeConfig) error {
 		names = append(names, name)
 	}
 	slices.Sort(names)
+	g.bridgeOf, g.drops = map[*nats.Subscription]string{}, map[string]*logThrottle{}
 	for _, name := range names {
-		sub, err := g.nc.QueueSubscribe(IngressSubject(g.subj.Prefix, name, ">"), ingressQueue, g.handler(name, bridges[name].Channels))
-		if err == nil {
-			err = sub.SetPendingLimits(ingressPendingMsgs, ingressPendingBytes)
+		g.drops[name] = &logThrottle{}
+		for _, s := range []struct {
+			subject string
+			handler nats.MsgHandler
+		}{
+			{IngressSubject(g.subj.Prefix, name, ">"), g.handler(name, bridges[name].Channels)},
+			{BridgeAPISubject(g.subj.Prefix, name, ">"), g.apiHandler(name, bridges[name].Channels)},
+		} {
+			sub, err := g.nc.QueueSubscribe(s.subject, ingressQueue, s.handler)
+			if err == nil {
+				err = sub.SetPendingLimits(ingressPendingMsgs, g.pendingBytes)
+			}
+			if err != nil {
+				return fmt.Errorf("ingress of bridge %s: %w", name, err)
+			}
+			g.subs = append(g.subs, sub)
+			g.bridgeOf[sub] = name
 		}
-		if err != nil {
-			return fmt.Errorf("ingress of bridge %s: %w", name, err)
-		}
-		g.subs = append(g.subs, sub)
 	}
 	if err := g.nc.Flush(); err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
 	return nil
+}
+
+// asyncError is the ingress connection's error handler: a bridge
+// subscription over its pending limits has dropped messages of that
+// bridge, which are counted and logged at most every
+// [rateLimitLogEvery] per bridge.
+func (g *ingress) asyncError(_ *nats.Conn, sub *nats.Subscription, err error) {
+	bridge, ok := g.bridgeOf[sub]
+	if !ok || !errors.Is(err, nats.ErrSlowConsumer) {
+		if !errors.Is(err, nats.ErrConnectionClosed) {
+			g.log.Warn("ingress: nats error", "err", err)
+		}
+		return
+	}
+	g.noteDropped(bridge)
+}
+
+// noteDropped logs, at most every [rateLimitLogEvery] per bridge, that
+// bridge's flood is being dropped, with how many of its messages the
+// ingress has dropped since it started.
+func (g *ingress) noteDropped(bridge string) {
+	var total int
+	for sub, name := range g.bridgeOf {
+		if name == bridge {
+			n, _ := sub.Dropped()
+			total += n
+		}
+	}
+	if _, ok := g.drops[bridge].note(time.Now(), 1); ok {
+		g.log.Warn("ingress: a bridge sends faster than the daemon takes its messages; the excess is dropped", "bridge", bridge,
+			"dropped_total", total, "pending_limit_msgs", ingressPendingMsgs, "pending_limit_bytes", g.pendingBytes)
+	}
+}
+
+// dropped returns how many messages of each bridge the ingress has dropped
+// over its pending limits since it started.
+func (g *ingress) dropped() map[string]int {
+	out := make(map[string]int, len(g.drops))
+	for sub, name := range g.bridgeOf {
+		n, _ := sub.Dropped()
+		out[name] += n
+	}
+	return out
 }
 
 // handler returns the message handler of bridge's ingress subscription.

@@ -89,7 +89,7 @@ func TestConfigValidateListenPort(t *testing.T) {
 	for _, listen := range []string{"127.0.0.1:0", ":4222", "[::1]:65535", ""} {
 		c := DefaultConfig()
 		c.Listen = listen
-		c.Admin.Token = "ops" // required by ":4222"
+		c.Admin.Token = "ops-token-for-all-interfaces" // required by ":4222", at least 16 characters there
 		if err := c.Validate(); err != nil {
 			t.Errorf("Listen %q: %v", listen, err)
 		}

@@ -16,8 +16,13 @@
 // reach the daemon's ingress ([IngressSubject]), which validates them,
 // applies the channel's rate limit ([RateLimitReason]) and stores them with
 // a de-duplication key of their own channel, answering a refused message
-// with an error and a dead letter on its channel. The daemon creates each
-// bridge's durable outbound consumer ([BridgeConsumerConfig]). With an
+// with an error and a dead letter on its channel; one bridge's flood waits
+// in a bounded buffer of its own and its excess is dropped
+// ([Bus.IngressDropped]). The daemon creates each bridge's durable
+// outbound consumer ([BridgeConsumerConfig]), which stays the daemon's: the
+// ingress refuses a bridge's request for other settings, and a changed or
+// deleted consumer is put back. A bridge's JetStream account info is its
+// own view, not the daemon account's. With an
 // external server the server authenticates, and [Bus.Consume] applies the
 // rate limits.
 //
@@ -65,17 +70,19 @@ const (
 // the connection and, in embedded mode, the server; Close releases both. A
 // Bus is safe for concurrent use.
 type Bus struct {
-	subj      bus.Subjects
-	streams   Streams
-	log       *slog.Logger
-	ns        *server.Server // nil with an external URL
-	nc        *nats.Conn
-	js        jetstream.JetStream
-	clientURL string
-	limits    map[string]*channelLimit // inbound rate limits by channel; read-only after Open
-	maxText   int                      // bus.max_text_bytes
-	ingress   *ingress                 // nil without bridges
-	bridges   map[string]BridgeConfig  // declared bridges; read-only after Open
+	subj        bus.Subjects
+	streams     Streams
+	log         *slog.Logger
+	ns          *server.Server // nil with an external URL
+	nc          *nats.Conn
+	js          jetstream.JetStream
+	clientURL   string
+	limits      map[string]*channelLimit // inbound rate limits by channel; read-only after Open
+	maxText     int                      // bus.max_text_bytes
+	ingress     *ingress                 // nil without bridges
+	bridges     map[string]BridgeConfig  // declared bridges; read-only after Open
+	bridgeWatch *consumerWatch           // puts the bridges' consumers back; nil without bridges
+	repairMu    sync.Mutex               // one repair of the bridges' consumers at a time
 
 	// down records when and why the connection was lost; nil while
 	// connected. Set by the connection's handlers, read by Ready.
@@ -101,14 +108,20 @@ type Bus struct {
 // connects to it in-process; otherwise it connects to cfg.URL (reconnecting
 // forever once connected) and ignores storeDir. It then creates or updates
 // the streams (see [StreamConfigs]) and each declared bridge's durable
-// consumer ([BridgeConsumerConfig]). ctx bounds the set-up, not the life of
-// the Bus. On error nothing is left running. A nil log discards.
+// consumer ([BridgeConsumerConfig]), putting back one someone changed; a
+// consumer that cannot be put back is logged, never fatal, and until Close
+// a watch puts the consumers back when the server reports one deleted and
+// every [BridgeConsumerCheckInterval]. ctx bounds the set-up, not the life
+// of the Bus. On error nothing is left running. A nil log discards; short
+// secrets ([Config.WeakSecrets]) are logged as warnings.
 //
 // The embedded server authenticates every client: bridges with their
 // credentials, into their own accounts ([BridgeAccount]) with
 // [BridgePermissions]; operators with cfg.Admin (full access); and this
 // Bus's own in-process connections with a random token made here (full
-// access). It accepts no anonymous client, with or without bridges. When
+// access). It accepts no anonymous client, with or without bridges, and
+// throttles the failed logins of each remote address ([LoginFailureBurst],
+// [LoginFailureRate]), logging them without what the client sent. When
 // bridges are declared Open also starts the ingress (on a connection of its
 // own, stopped by Close) that stores their inbound messages.
 func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*Bus, error) {
@@ -117,6 +130,9 @@ func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	for _, w := range cfg.WeakSecrets() {
+		log.Warn("bus: weak secret", "warning", w)
 	}
 	b := &Bus{
 		subj:       bus.Subjects{Prefix: cfg.SubjectPrefix},
@@ -205,11 +221,16 @@ func Open(ctx context.Context, cfg Config, storeDir string, log *slog.Logger) (*
 	if err == nil {
 		err = b.ensureStreams(ctx)
 	}
-	if err == nil {
-		err = b.ensureBridgeConsumers(ctx, cfg.Bridges)
-	}
 	if err == nil && len(cfg.Bridges) > 0 {
+		// A consumer that cannot be put back now never stops the start:
+		// the watch retries, and the other channels serve meanwhile.
+		if rerr := b.repairBridgeConsumers(ctx); rerr != nil {
+			log.Error("bridge consumers could not be set up; retrying", "err", rerr, "retry_in", BridgeConsumerCheckInterval)
+		}
 		err = b.startIngress(cfg, connect)
+		if err == nil {
+			err = b.watchBridgeConsumers(BridgeConsumerCheckInterval)
+		}
 	}
 	if err != nil {
 		_ = b.Close()
@@ -235,11 +256,16 @@ func (b *Bus) startIngress(cfg Config, connect func(string, chan struct{}) (*nat
 	if err != nil {
 		return err
 	}
-	b.ingress = &ingress{nc: nc, closed: closed, subj: b.subj, maxText: cfg.MaxTextBytes, log: b.log.With("component", "ingress")}
+	b.ingress = &ingress{nc: nc, closed: closed, subj: b.subj, maxText: cfg.MaxTextBytes, log: b.log.With("component", "ingress"),
+		pendingBytes: ingressPendingPayloads * int(nc.MaxPayload())}
 	if b.ns != nil {
 		b.ingress.limits = b.limits
 	}
-	return b.ingress.start(cfg.Bridges)
+	if err := b.ingress.start(cfg.Bridges); err != nil {
+		return err
+	}
+	nc.SetErrorHandler(b.ingress.asyncError) // after start: it reads what start set
+	return nil
 }
 
 // startEmbedded starts nats-server with JetStream and waits until it accepts
@@ -316,6 +342,17 @@ func listenerURL(listen string, addr net.Addr) string {
 		port = ta.Port
 	}
 	return "nats://" + net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// IngressDropped returns, by bridge, how many messages the ingress has
+// dropped because the bridge sent them faster than they were taken (more
+// than 16,384 messages, or four of the largest, waiting at
+// once), since Open. It is empty without bridges.
+func (b *Bus) IngressDropped() map[string]int {
+	if b.ingress == nil {
+		return map[string]int{}
+	}
+	return b.ingress.dropped()
 }
 
 // Subjects returns the subject scheme under the configured prefix.
@@ -483,6 +520,9 @@ func (b *Bus) WatchReady(ctx context.Context, interval time.Duration, report fun
 func (b *Bus) Close() error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
+		if b.bridgeWatch != nil {
+			b.bridgeWatch.close()
+		}
 		if b.ingress != nil {
 			drain(b.ingress.nc, b.ingress.closed, b.log)
 		}

@@ -68,10 +68,17 @@ func OperatorToken(dataDir string) (token string, created bool, err error) {
 }
 
 // ReadOperatorToken reads the operator token of data_dir
-// ([OperatorTokenFile]). It refuses a file that is not a regular file (a
-// symbolic link included), that group or others may read or write, or that
-// holds no token. The error wraps [fs.ErrNotExist] when there is no file.
+// ([OperatorTokenFile]). It refuses a data_dir that group or others may
+// write (anyone could plant the file there), and a file that is not a
+// regular file (a symbolic link included), has more than one hard link, is
+// not owned by the user running this process, may be read or written by
+// group or others, or holds no token or one shorter than
+// [MinSecretLength]. The error wraps [fs.ErrNotExist] when there is no
+// file.
 func ReadOperatorToken(dataDir string) (string, error) {
+	if err := checkTokenDir(dataDir); err != nil {
+		return "", err
+	}
 	path := OperatorTokenPath(dataDir)
 	st, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -100,7 +107,26 @@ func ReadOperatorToken(dataDir string) (string, error) {
 	if len(data) > maxTokenFileBytes || token == "" || strings.ContainsAny(token, " \t\r\n") {
 		return "", fmt.Errorf("natsbus: operator credential %s must hold one token on one line; delete it and restart the daemon to generate a new one", path)
 	}
+	if len(token) < MinSecretLength {
+		return "", fmt.Errorf("natsbus: operator credential %s holds a token of %d characters, shorter than %d: the daemon never writes one (it generates 64 hex digits); delete it and restart the daemon to generate a new one", path, len(token), MinSecretLength)
+	}
 	return token, nil
+}
+
+// checkTokenDir refuses a data_dir in which others could plant or swap
+// the operator credential: one that group or others may write.
+func checkTokenDir(dataDir string) error {
+	st, err := os.Stat(dataDir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("natsbus: operator credential: data_dir %s does not exist: the daemon creates it when it first starts: %w", dataDir, err)
+		}
+		return fmt.Errorf("natsbus: operator credential: %w", err)
+	}
+	if perm := st.Mode().Perm(); perm&0o022 != 0 {
+		return fmt.Errorf("natsbus: operator credential: data_dir %s has mode %04o: group and others may create files in it, so anyone could plant the credential; chmod 750 %s (or 700)", dataDir, perm, dataDir)
+	}
+	return nil
 }
 
 // checkTokenFile refuses what is not a private regular file.
@@ -110,6 +136,14 @@ func checkTokenFile(path string, st fs.FileInfo) error {
 	}
 	if perm := st.Mode().Perm(); perm&0o077 != 0 {
 		return fmt.Errorf("natsbus: operator credential %s has mode %04o: group and others must not read or write it (chmod 600 %s), or delete it and restart the daemon to generate a new one", path, perm, path)
+	}
+	if uid, links, ok := fileOwner(st); ok {
+		if me := processUID(); uid != me {
+			return fmt.Errorf("natsbus: operator credential %s belongs to uid %d, not to uid %d running this process: someone else may have written it; run as the daemon's user, or delete it and restart the daemon to generate a new one", path, uid, me)
+		}
+		if links > 1 {
+			return fmt.Errorf("natsbus: operator credential %s has %d hard links: another name can read or replace it; delete it and restart the daemon to generate a new one", path, links)
+		}
 	}
 	return nil
 }

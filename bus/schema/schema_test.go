@@ -3,13 +3,16 @@ package schema_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/message"
@@ -105,7 +108,13 @@ func compile(t *testing.T, name string) *jsonschema.Schema {
 	return sch
 }
 
+// validateSchema validates data, which must be JSON text: UTF-8 (RFC
+// 8259 §8.1), which is what a JSON parser that does not replace bad bytes
+// checks before any schema applies.
 func validateSchema(sch *jsonschema.Schema, data []byte) error {
+	if !utf8.Valid(data) {
+		return errors.New("not JSON text: not valid UTF-8")
+	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
 	if err != nil {
 		return err
@@ -174,6 +183,21 @@ var invalidWhy = map[string]string{
 	"inbound/invalid/meta-33-keys.json":                `"meta"`,
 	"inbound/invalid/payload-a-list.json":              "payload",
 	"inbound/invalid/payload-a-string.json":            "payload",
+	"inbound/invalid/payload-not-utf8.json":            "UTF-8",
+	"inbound/invalid/id-with-nul.json":                 `"id": must not contain NUL`,
+	"inbound/invalid/id-with-escape.json":              `"id": must not contain control characters, got U+001B`,
+	"inbound/invalid/id-with-c1-control.json":          `"id": must not contain control characters, got U+0085`,
+	"inbound/invalid/chat-id-with-nul.json":            `"chat_id": must not contain NUL`,
+	"inbound/invalid/thread-id-with-newline.json":      `"thread_id": must not contain control characters`,
+	"inbound/invalid/user-id-with-del.json":            `"user_id": must not contain control characters, got U+007F`,
+	"inbound/invalid/reply-to-with-tab.json":           `"reply_to": must not contain control characters, got U+0009`,
+	"inbound/invalid/user-name-with-nul.json":          `"user_name": must not contain NUL`,
+	"inbound/invalid/text-with-nul.json":               `"text": must not contain NUL`,
+	"inbound/invalid/attachment-url-with-newline.json": `"attachments[0].url": must not contain control characters`,
+	"inbound/invalid/attachment-mime-with-nul.json":    `"attachments[0].mime": must not contain NUL`,
+	"inbound/invalid/attachment-name-with-nul.json":    `"attachments[0].name": must not contain NUL`,
+	"inbound/invalid/meta-key-with-nul.json":           `"meta": key`,
+	"inbound/invalid/meta-value-with-nul.json":         `"meta": value of "k" must not contain NUL`,
 	"outbound/invalid/kind-unknown.json":               `"kind"`,
 	"outbound/invalid/kind-missing.json":               `"kind"`,
 	"outbound/invalid/seq-negative.json":               `"seq"`,
@@ -186,6 +210,10 @@ var invalidWhy = map[string]string{
 	"outbound/invalid/meta-value-a-bool.json":          `Outbound.meta`,
 	"outbound/invalid/attachment-kind-unknown.json":    `"attachments[0].kind"`,
 	"outbound/invalid/text-a-list.json":                `Outbound.text`,
+	"outbound/invalid/id-with-nul.json":                `"id": must not contain NUL`,
+	"outbound/invalid/chat-id-with-c1-control.json":    `"chat_id": must not contain control characters, got U+009B`,
+	"outbound/invalid/thread-id-with-escape.json":      `"thread_id": must not contain control characters, got U+001B`,
+	"outbound/invalid/in-reply-to-with-newline.json":   `"in_reply_to": must not contain control characters, got U+000A`,
 }
 
 type example struct {
@@ -243,7 +271,7 @@ func generated() []example {
 		}
 		return m
 	}
-	return []example{
+	out := []example{
 		{name: "id of 256 bytes", data: env(func(m map[string]any) { m["id"] = strings.Repeat("x", 256) }), valid: true},
 		{name: "id of 85 three-byte characters (255 bytes)", data: env(func(m map[string]any) { m["id"] = han(85) }), valid: true},
 		{name: "id of 86 three-byte characters (258 bytes)", data: env(func(m map[string]any) { m["id"] = han(86) }), why: `"id"`},
@@ -283,6 +311,23 @@ func generated() []example {
 		{name: "meta of 32 keys, 4128 bytes", data: env(func(m map[string]any) { m["meta"] = meta(32, 126) }), why: `"meta"`},
 		{name: "meta of one 4097-byte value", data: env(func(m map[string]any) { m["meta"] = map[string]string{"k": han(1366)} }), why: `"meta"`},
 	}
+	// The edges of the control ranges, in every id and in the free texts.
+	for _, r := range []rune{0x00, 0x09, 0x0A, 0x1F, 0x20, 0x7E, 0x7F, 0x80, 0x9F, 0xA0, 0x2028, 0xFEFF} {
+		for _, field := range []string{"id", "chat_id", "thread_id", "user_id", "reply_to", "user_name", "text"} {
+			v := fmt.Sprintf("a%cb", r)
+			ex := example{name: fmt.Sprintf("%s with U+%04X", field, r), data: env(func(m map[string]any) { m[field] = v })}
+			switch text := field == "user_name" || field == "text"; {
+			case text && r == 0:
+				ex.why = `"` + field + `": must not contain NUL`
+			case !text && !bus.ValidID(v):
+				ex.why = `"` + field + `": must not contain`
+			default:
+				ex.valid = true
+			}
+			out = append(out, ex)
+		}
+	}
+	return out
 }
 
 func checkAgreement(t *testing.T, sch *jsonschema.Schema, goValidate func([]byte) error, examples []example) {
@@ -365,5 +410,30 @@ func TestSchemasMatchGoLimits(t *testing.T) {
 	}
 	if !reflect.DeepEqual(in["$defs"], out["$defs"]) {
 		t.Error("the attachment definitions of the two schemas differ")
+	}
+	// Every id has the one id pattern, and it forbids what bus.ValidID
+	// forbids; the free texts forbid NUL.
+	idPattern := prop(in, "id", "pattern").(string)
+	for _, c := range []struct {
+		doc   map[string]any
+		field string
+		want  string
+	}{
+		{in, "chat_id", idPattern}, {in, "thread_id", idPattern}, {in, "user_id", idPattern}, {in, "reply_to", idPattern},
+		{out, "id", idPattern}, {out, "chat_id", idPattern}, {out, "thread_id", idPattern}, {out, "in_reply_to", idPattern},
+		{in, "user_name", "^[^\x00]*$"}, {in, "text", "^[^\x00]*$"},
+	} {
+		if got := prop(c.doc, c.field, "pattern"); got != c.want {
+			t.Errorf("%s.pattern = %q, want %q", c.field, got, c.want)
+		}
+	}
+	re := regexp.MustCompile(idPattern)
+	for r := rune(0); r <= 0x10FFFF; r++ {
+		if r >= 0xD800 && r <= 0xDFFF {
+			continue
+		}
+		if s := string(r); re.MatchString(s) != bus.ValidID(s) {
+			t.Errorf("U+%04X: the id pattern says %v, bus.ValidID %v", r, re.MatchString(s), bus.ValidID(s))
+		}
 	}
 }

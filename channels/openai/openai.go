@@ -43,7 +43,9 @@
 //     channel publishes "/stop" in the session.
 //   - Security: keys compared in constant time (crypto/subtle) and never
 //     logged, a token bucket per key, a body limit, loopback unless
-//     listen names another host, CORS only for Config.CORSOrigins.
+//     listen names another host, CORS only for Config.CORSOrigins; the
+//     listener and server bounded by package httpserve (connections per
+//     client and in all, header, body and idle timeouts).
 //
 // Delivery: outbound envelopes come through the kit's durable consumer
 // "bridge_openai"; a final is stored in the state file (data_dir/openai.db)
@@ -70,6 +72,7 @@ import (
 	"github.com/switchboard-chat/switchboard/bus/bridge"
 	"github.com/switchboard-chat/switchboard/bus/bridge/boltseen"
 	"github.com/switchboard-chat/switchboard/channels"
+	"github.com/switchboard-chat/switchboard/internal/httpserve"
 )
 
 // Name is the channel instance name, the <channel> token of its subjects.
@@ -110,6 +113,9 @@ type Deps struct {
 	// Ready, when set, is called with the listener's address once the
 	// server accepts connections.
 	Ready func(net.Addr)
+	// HTTP bounds the listener and its server and counts its connections
+	// as "openai" (the daemon's, httpserve; nil: its defaults).
+	HTTP *httpserve.Servers
 }
 
 // Channel is the OpenAI-compatible API. Build it with [New], run it once
@@ -239,7 +245,7 @@ func (c *Channel) Run(ctx context.Context) error {
 	defer client.Close()
 	c.client, c.store = client, st
 	addr, _ := bindAddr(c.cfg.Listen) // checked by Validate
-	return channels.RunHTTP(ctx, channels.HTTPChannel{Name: "openai", Addr: addr, Handler: c.Handler(), Log: c.log, Status: c.deps.Status,
+	return channels.RunHTTP(ctx, channels.HTTPChannel{Name: "openai", Addr: addr, Handler: c.Handler(), Log: c.log, HTTP: c.deps.HTTP, Status: c.deps.Status,
 		Workers: []func(context.Context) error{
 			func(ctx context.Context) error { return client.ConsumeOutbound(ctx, c.handleOutbound) },
 			func(ctx context.Context) error {

@@ -41,6 +41,10 @@ const DefaultAPIURL = "https://slack.com/api/"
 // EventsPath is the path the HTTP mode serves Events API requests on.
 const EventsPath = "/slack/events"
 
+// MinSecretLen is the shortest signing secret accepted: the secret is all
+// that tells Slack's requests from anyone else's.
+const MinSecretLen = 16
+
 // Config configures the Slack adapter (YAML section channels.slack). The
 // zero value of Mode, APIURL and GroupTrigger means their default, so a
 // section that sets only the tokens is complete. The adapter is off while
@@ -53,7 +57,8 @@ type Config struct {
 	AppToken string `yaml:"app_token"`
 	// BotToken is the bot user OAuth token (xoxb-...); always required.
 	BotToken string `yaml:"bot_token"`
-	// SigningSecret verifies Events API requests; required in http mode.
+	// SigningSecret verifies Events API requests; required in http mode,
+	// at least [MinSecretLen] characters.
 	SigningSecret string `yaml:"signing_secret"`
 	// HTTPListen is the host:port the http mode listens on; required in
 	// http mode. Events are served at POST /slack/events.
@@ -122,8 +127,11 @@ func (c Config) Validate() error {
 			errs = append(errs, errors.New(p+"app_token: must be an app-level token starting with xapp-"))
 		}
 	case ModeHTTP:
-		if c.SigningSecret == "" && on {
+		switch {
+		case c.SigningSecret == "" && on:
 			errs = append(errs, errors.New(p+"signing_secret: required in http mode (Basic Information → App Credentials → Signing Secret)"))
+		case c.SigningSecret != "" && len(c.SigningSecret) < MinSecretLen:
+			errs = append(errs, fmt.Errorf(p+"signing_secret: must be the app's signing secret (Slack's have 32 characters; at least %d), got %d characters: a short one can be guessed", MinSecretLen, len(c.SigningSecret)))
 		}
 		if c.HTTPListen == "" {
 			if on {

@@ -22,8 +22,11 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"socket mode with defaults", func(*Config) {}, nil},
 		{"http mode", func(c *Config) {
-			*c = Config{Mode: ModeHTTP, BotToken: "xoxb-1", SigningSecret: "s", HTTPListen: ":3000"}
+			*c = Config{Mode: ModeHTTP, BotToken: "xoxb-1", SigningSecret: "8f742231b10e8888abcd99yyyzzz85a5", HTTPListen: ":3000"}
 		}, nil},
+		{"http mode with a short signing secret", func(c *Config) {
+			*c = Config{Mode: ModeHTTP, BotToken: "xoxb-1", SigningSecret: "s", HTTPListen: ":3000"}
+		}, []string{"channels.slack.signing_secret: must be the app's signing secret (Slack's have 32 characters; at least 16), got 1 characters"}},
 		{"everything set", func(c *Config) {
 			c.APIURL, c.AllowUsers, c.AllowChannels, c.GroupTrigger = "http://proxy:8080/api", []string{"U1", "W2"}, []string{"C1", "G2"}, TriggerAll
 		}, nil},

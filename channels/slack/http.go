@@ -9,11 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/switchboard-chat/switchboard/internal/httpserve"
 )
 
 // Errors of the Events API request verification.
@@ -24,42 +24,27 @@ var (
 	errBadSignature = errors.New("X-Slack-Signature does not match channels.slack.signing_secret")
 )
 
-// serveHTTP runs the Events API server on channels.slack.http_listen until
-// ctx is cancelled, then shuts it down (waiting a few seconds for requests
-// in flight) and returns nil. It returns an error when it cannot listen.
+// serveHTTP runs the Events API server on channels.slack.http_listen
+// (listener and server bounded by Options.HTTP, counted as "slack") until
+// ctx is cancelled, then shuts it down (waiting a few seconds for
+// requests in flight) and returns nil. It returns an error when it cannot
+// listen.
 func (a *Adapter) serveHTTP(ctx context.Context) error {
-	ln, err := net.Listen("tcp", a.cfg.HTTPListen)
+	ln, err := a.opts.HTTP.Listen(ctx, "slack", a.cfg.HTTPListen)
 	if err != nil {
 		return fmt.Errorf("slack: channels.slack.http_listen: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+EventsPath, func(w http.ResponseWriter, r *http.Request) { a.serveEvents(ctx, w, r) })
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
-	}
 	a.log.Info("listening for Slack events", "addr", ln.Addr().String(), "path", EventsPath)
 	if a.onListen != nil {
 		a.onListen(ln.Addr())
 	}
 	a.setStatus(nil)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
+	// Every answer is short and due within Slack's 3 s: a write timeout.
+	if err := a.opts.HTTP.Serve(ctx, ln, mux, httpserve.Options{Log: a.log, WriteTimeout: 30 * time.Second, ShutdownTimeout: 5 * time.Second}); err != nil {
 		return fmt.Errorf("slack: events server: %w", err)
-	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		_ = srv.Close()
-	}
-	<-errc
 	return nil
 }
 

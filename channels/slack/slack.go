@@ -61,6 +61,7 @@ import (
 	"github.com/switchboard-chat/switchboard/bus/bridge"
 	"github.com/switchboard-chat/switchboard/bus/bridge/boltseen"
 	"github.com/switchboard-chat/switchboard/channels"
+	"github.com/switchboard-chat/switchboard/internal/httpserve"
 	"github.com/switchboard-chat/switchboard/internal/retry"
 )
 
@@ -147,6 +148,9 @@ type Options struct {
 	// Gate decides for users not on allow_users (access.dm_policy,
 	// approved pairings); nil refuses them as allow_users alone does.
 	Gate Gate
+	// HTTP bounds the http mode's listener and server and counts its
+	// connections as "slack" (the daemon's, httpserve; nil: its defaults).
+	HTTP *httpserve.Servers
 }
 
 // Gate is the access check for a user not on allow_users (package

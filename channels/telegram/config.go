@@ -42,6 +42,10 @@ const (
 // fmt pattern taking the token and the method name.
 const DefaultAPIEndpoint = tgbotapi.APIEndpoint
 
+// MinSecretLen is the shortest webhook_secret accepted: the secret is
+// all that tells Telegram's webhook calls from anyone else's.
+const MinSecretLen = 16
+
 // Defaults and bounds of the size and time settings.
 const (
 	DefaultPollTimeout   = 30 * time.Second
@@ -82,7 +86,7 @@ type Config struct {
 	// path is the path the webhook server answers on.
 	WebhookURL string `yaml:"webhook_url"`
 	// WebhookSecret is sent by Telegram in X-Telegram-Bot-Api-Secret-Token
-	// with every update: 1 to 256 characters of [A-Za-z0-9_-].
+	// with every update: [MinSecretLen] to 256 characters of [A-Za-z0-9_-].
 	WebhookSecret string `yaml:"webhook_secret"`
 	// PollTimeout is the getUpdates long-poll time (polling mode), whole
 	// seconds from 1s to 60s.
@@ -171,8 +175,12 @@ func (c Config) validateWebhook() []error {
 	if u, err := url.Parse(c.WebhookURL); c.WebhookURL == "" || err != nil || u.Scheme != "https" || u.Host == "" {
 		errs = append(errs, fmt.Errorf("%s: must be the public https:// URL Telegram posts updates to, got %q", key("webhook_url"), c.WebhookURL))
 	}
-	if !secretRE.MatchString(c.WebhookSecret) {
-		errs = append(errs, fmt.Errorf("%s: required in webhook mode: 1 to 256 characters of A-Z, a-z, 0-9, _ and -", key("webhook_secret")))
+	switch {
+	case !secretRE.MatchString(c.WebhookSecret):
+		errs = append(errs, fmt.Errorf("%s: required in webhook mode: %d to 256 characters of A-Z, a-z, 0-9, _ and - (e.g. openssl rand -hex 32)", key("webhook_secret"), MinSecretLen))
+	case len(c.WebhookSecret) < MinSecretLen:
+		errs = append(errs, fmt.Errorf("%s: must be at least %d characters, got %d: it is all that tells Telegram's calls from anyone else's, and a short one can be guessed (e.g. openssl rand -hex 32)",
+			key("webhook_secret"), MinSecretLen, len(c.WebhookSecret)))
 	}
 	return errs
 }

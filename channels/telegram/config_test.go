@@ -29,7 +29,7 @@ func TestConfigValidate(t *testing.T) {
 		c.Mode = ModeWebhook
 		c.WebhookListen = "127.0.0.1:8443"
 		c.WebhookURL = "https://bot.example.com/telegram"
-		c.WebhookSecret = "s3cret-_X"
+		c.WebhookSecret = "s3cret-_X0123456789"
 	}
 	tests := []struct {
 		name    string
@@ -61,6 +61,14 @@ func TestConfigValidate(t *testing.T) {
 			c.WebhookURL = "http://bot.example.com/telegram"
 			c.WebhookSecret = "has space"
 		}, []string{"webhook_listen: must be host:port", "webhook_url: must be the public https://", "webhook_secret"}},
+		{"webhook secret short", func(c *Config) {
+			webhook(c)
+			c.WebhookSecret = "x"
+		}, []string{"channels.telegram.webhook_secret: must be at least 16 characters, got 1: it is all that tells Telegram's calls from anyone else's"}},
+		{"webhook secret of 16", func(c *Config) {
+			webhook(c)
+			c.WebhookSecret = "0123456789abcdef"
+		}, nil},
 		{"poll timeout", func(c *Config) { c.PollTimeout = 1500 * time.Millisecond }, []string{"channels.telegram.poll_timeout: must be whole seconds from 1s to 1m0s, got 1.5s"}},
 		{"poll timeout long", func(c *Config) { c.PollTimeout = 2 * time.Minute }, []string{"channels.telegram.poll_timeout"}},
 		{"sizes", func(c *Config) { c.MaxImageBytes, c.MaxFileBytes = 10, 0 }, []string{"channels.telegram.max_image_bytes: must be between", "channels.telegram.max_file_bytes: must be between"}},

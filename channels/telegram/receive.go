@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/switchboard-chat/switchboard/internal/httpserve"
 	"github.com/switchboard-chat/switchboard/internal/retry"
 )
 
@@ -164,34 +164,31 @@ func (a *Adapter) retry(ctx context.Context, f func(context.Context) error) erro
 }
 
 // serveWebhook registers the webhook (setWebhook with the secret token)
-// and serves it on webhook_listen until ctx ends. Telegram sends one update
-// at a time (max_connections 1), so updates are handled in order; each is
-// answered 200 only after it was published and acknowledged (or skipped),
-// and 500 when publishing failed, so that Telegram sends it again.
+// and serves it on webhook_listen (listener and server bounded by
+// Deps.HTTP, counted as "telegram") until ctx ends. Telegram sends one
+// update at a time (max_connections 1), so updates are handled in order;
+// each is answered 200 only after it was published and acknowledged (or
+// skipped), and 500 when publishing failed, so that Telegram sends it
+// again.
 func (a *Adapter) serveWebhook(ctx context.Context) error {
 	hook, _ := url.Parse(a.cfg.WebhookURL) // checked by Validate
 	path := hook.EscapedPath()
 	if path == "" {
 		path = "/"
 	}
-	ln, err := net.Listen("tcp", a.cfg.WebhookListen)
+	ln, err := a.deps.HTTP.Listen(ctx, "telegram", a.cfg.WebhookListen)
 	if err != nil {
 		return fmt.Errorf("telegram: %s: %w", key("webhook_listen"), err)
 	}
-	srv := &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { a.webhook(w, r, path) }),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-	}
+	sctx, stopServer := context.WithCancel(ctx)
+	defer stopServer()
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() {
+		served <- a.deps.HTTP.Serve(sctx, ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { a.webhook(w, r, path) }),
+			httpserve.Options{Log: a.log, ShutdownTimeout: webhookShutdown})
+	}()
 	stop := func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), webhookShutdown)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			_ = srv.Close()
-		}
+		stopServer()
 		<-served
 	}
 	if a.tune.webhookReady != nil {
@@ -216,6 +213,9 @@ func (a *Adapter) serveWebhook(ctx context.Context) error {
 		stop()
 		return nil
 	case err := <-served:
+		if err == nil { // ctx ended first
+			return nil
+		}
 		return fmt.Errorf("telegram: webhook server: %w", err)
 	}
 }

@@ -270,7 +270,7 @@ func TestWebhook(t *testing.T) {
 	cfg.Mode = ModeWebhook
 	cfg.WebhookListen = "127.0.0.1:0"
 	cfg.WebhookURL = "https://bot.example.com/tg/hook"
-	cfg.WebhookSecret = "s3cret_-XYZ"
+	cfg.WebhookSecret = "s3cret_-XYZ0123456789"
 	a := e.newAdapter(t, cfg, Deps{})
 	addrs := make(chan net.Addr, 1)
 	a.tune.webhookReady = func(addr net.Addr) { addrs <- addr }
@@ -312,7 +312,7 @@ func TestWebhook(t *testing.T) {
 		want                             int
 	}{
 		{"no secret", "POST", "/tg/hook", "", update, http.StatusUnauthorized},
-		{"wrong secret", "POST", "/tg/hook", "s3cret_-XYz", update, http.StatusUnauthorized},
+		{"wrong secret", "POST", "/tg/hook", "s3cret_-XYz0123456789", update, http.StatusUnauthorized},
 		{"wrong path", "POST", "/other", cfg.WebhookSecret, update, http.StatusNotFound},
 		{"GET", "GET", "/tg/hook", cfg.WebhookSecret, "", http.StatusMethodNotAllowed},
 		{"not JSON", "POST", "/tg/hook", cfg.WebhookSecret, "{", http.StatusBadRequest},
@@ -359,7 +359,7 @@ func TestWebhookListenError(t *testing.T) {
 	cfg.Mode = ModeWebhook
 	cfg.WebhookListen = ln.Addr().String() // taken
 	cfg.WebhookURL = "https://bot.example.com/hook"
-	cfg.WebhookSecret = "s"
+	cfg.WebhookSecret = "s0123456789abcdef"
 	err = run(t, e.newAdapter(t, cfg, Deps{})).wait(t)
 	if err == nil || !strings.Contains(err.Error(), "channels.telegram.webhook_listen") {
 		t.Fatalf("Run = %v, want an error naming webhook_listen", err)

@@ -27,19 +27,22 @@ type Config struct {
 	// (1 to 64 of A-Z a-z 0-9 _ . @ -). Empty: the console is off.
 	AllowUsers UserList `yaml:"allow_users"`
 	// Dashboard turns on the operator's dashboard (/dashboard): sessions,
-	// live traces, health, dead letters, metrics and the redacted config,
-	// for every logged-in user.
+	// live traces of every channel, health, dead letters, metrics, model
+	// requests and the redacted config, for the Operators.
 	Dashboard bool `yaml:"dashboard"`
+	// Operators are the users of AllowUsers who may see the dashboard;
+	// everyone else gets the chat only. Empty (the default): nobody.
+	Operators UserList `yaml:"operators"`
 }
 
 // DefaultConfig returns the documented defaults: 127.0.0.1:8089, nobody
-// allowed (off), the dashboard on.
+// allowed (off), the dashboard on, no operator.
 func DefaultConfig() Config { return Config{Listen: DefaultListen, Dashboard: true} }
 
 // Enabled reports whether the console runs: at least one user is allowed.
 func (c Config) Enabled() bool { return len(c.AllowUsers) > 0 }
 
-// UserList is the allow_users list: a YAML list of names or one string,
+// UserList is the allow_users (and operators) list: a YAML list of names or one string,
 // split at commas and white space, so `allow_users: ${SWITCHBOARD_WEB_USERS}`
 // works with "ann, bob" and with an unset variable (no entries).
 type UserList []string
@@ -74,6 +77,18 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s[%d]: %q is listed twice", key("allow_users"), i, u))
 		}
 		seen[u] = true
+	}
+	ops := map[string]bool{}
+	for i, u := range c.Operators {
+		switch {
+		case !userRE.MatchString(u):
+			errs = append(errs, fmt.Errorf("%s[%d]: must be 1 to 64 of A-Z a-z 0-9 _ . @ -, got %q", key("operators"), i, u))
+		case ops[u]:
+			errs = append(errs, fmt.Errorf("%s[%d]: %q is listed twice", key("operators"), i, u))
+		case c.Enabled() && !seen[u]:
+			errs = append(errs, fmt.Errorf("%s[%d]: %q is not in %s, so cannot log in", key("operators"), i, u, key("allow_users")))
+		}
+		ops[u] = true
 	}
 	return errors.Join(errs...)
 }

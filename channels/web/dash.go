@@ -35,23 +35,35 @@ func (c *Channel) dashRoutes(mux *http.ServeMux) {
 	}
 }
 
-// dashOnly answers 404 while the dashboard is off.
+// dashOnly answers 404 while the dashboard is off, and 403 to a user who
+// is not an operator.
 func (c *Channel) dashOnly(h func(http.ResponseWriter, *http.Request, login)) func(http.ResponseWriter, *http.Request, login) {
 	return func(w http.ResponseWriter, r *http.Request, l login) {
-		if !c.cfg.Dashboard {
+		switch {
+		case !c.cfg.Dashboard:
 			apiError(w, http.StatusNotFound, "dashboard_off", "The dashboard is off (channels.web.dashboard).")
-			return
+		case !c.operator(l.User):
+			apiError(w, http.StatusForbidden, "not_operator", notOperator(l.User))
+		default:
+			h(w, r, l)
 		}
-		h(w, r, l)
 	}
 }
 
-func (c *Channel) dashPage(w http.ResponseWriter, r *http.Request, _ login) {
-	if !c.cfg.Dashboard {
+// notOperator tells a user why the dashboard is refused.
+func notOperator(user string) string {
+	return "The dashboard is for the operators listed in " + key("operators") + "; " + user + " is not one of them. The chat is at /."
+}
+
+func (c *Channel) dashPage(w http.ResponseWriter, r *http.Request, l login) {
+	switch {
+	case !c.cfg.Dashboard:
 		http.NotFound(w, r)
-		return
+	case !c.operator(l.User):
+		http.Error(w, notOperator(l.User), http.StatusForbidden)
+	default:
+		c.page("dashboard.html")(w, r)
 	}
-	c.page("dashboard.html")(w, r)
 }
 
 func (c *Channel) dashSessions(w http.ResponseWriter, _ *http.Request, _ login) {

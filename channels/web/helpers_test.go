@@ -46,6 +46,7 @@ type env struct {
 	agent   *channeltest.Agent
 	logs    *syncbuf.Buffer
 	onStore func(*store)
+	now     func() time.Time // the console's clock (nil: time.Now)
 }
 
 func newEnv(t *testing.T) *env {
@@ -91,6 +92,9 @@ func (e *env) start(t *testing.T, cfg Config, mod ...func(*Deps)) *running {
 		t.Fatal(err)
 	}
 	c.onStore = e.onStore
+	if e.now != nil {
+		c.now = e.now
+	}
 	c.keepAlive = time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{c: c, cancel: cancel, done: make(chan error, 1)}
@@ -147,6 +151,17 @@ type browser struct {
 func (r *running) browser(t *testing.T) *browser {
 	jar, _ := cookiejar.New(nil)
 	return &browser{t: t, base: r.url, hc: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+// browserFrom is a browser whose connections come from the loopback
+// address src (127.0.0.2, ...): another client address to the console.
+func (r *running) browserFrom(t *testing.T, src string) *browser {
+	b := r.browser(t)
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	tr := &http.Transport{DialContext: d.DialContext}
+	t.Cleanup(tr.CloseIdleConnections)
+	b.hc.Transport = tr
+	return b
 }
 
 // login logs in as user with code and fails the test unless it works.

@@ -200,8 +200,8 @@ func (c *Channel) postLogin(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusForbidden, "csrf", "Log in from this console's own login page.")
 		return
 	}
-	if !c.login.Allow() {
-		apiError(w, http.StatusTooManyRequests, "rate_limited", "Too many login attempts; wait a minute and try again.")
+	if !c.login.allowAddr(clientAddr(r), c.now()) {
+		apiError(w, http.StatusTooManyRequests, "rate_limited", "Too many login attempts from your address; wait a minute and try again.")
 		return
 	}
 	var req loginRequest
@@ -212,6 +212,10 @@ func (c *Channel) postLogin(w http.ResponseWriter, r *http.Request) {
 	if !c.allowed(req.User) {
 		c.log.Info("web login refused: user not allowed", "user", req.User, "remote", r.RemoteAddr)
 		apiError(w, http.StatusForbidden, "user_not_allowed", "This user may not use the web console (channels.web.allow_users).")
+		return
+	}
+	if !c.login.allowUser(req.User, c.now()) {
+		apiError(w, http.StatusTooManyRequests, "rate_limited", "Too many login attempts for this user; wait a minute and try again.")
 		return
 	}
 	if err := redeem(c.deps.PairDir, req.Code, req.User, c.now()); err != nil {
@@ -239,7 +243,7 @@ func (c *Channel) logout(w http.ResponseWriter, r *http.Request, _ login) {
 }
 
 func (c *Channel) me(w http.ResponseWriter, _ *http.Request, l login) {
-	writeJSON(w, http.StatusOK, map[string]any{"user": l.User, "csrf": l.CSRF, "dashboard": c.cfg.Dashboard,
+	writeJSON(w, http.StatusOK, map[string]any{"user": l.User, "csrf": l.CSRF, "dashboard": c.cfg.Dashboard && c.operator(l.User),
 		"model": !c.deps.NoModel, "max_upload_bytes": maxUploadBytes, "max_text_bytes": c.deps.MaxTextBytes})
 }
 

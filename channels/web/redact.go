@@ -19,6 +19,7 @@ const redacted = "(redacted)"
 var secretSuffixes = []string{"key", "keys", "token", "password", "secret", "seed", "credentials", "nkey"}
 
 func secretKey(name string) bool {
+	name = strings.ToLower(name) // env names: GITHUB_PERSONAL_ACCESS_TOKEN
 	for _, s := range secretSuffixes {
 		if name == s || strings.HasSuffix(name, "_"+s) {
 			return true
@@ -29,9 +30,12 @@ func secretKey(name string) bool {
 
 // RedactConfig returns a configuration value (a struct with yaml tags) as
 // a tree of maps, lists and scalars keyed by its YAML keys, for display:
-// every non-empty value of a secret key is replaced with "(redacted)",
-// credentials in URLs are hidden (bus.RedactURL), and durations are
-// written as Go durations ("30s").
+// a section that knows its own secrets (a type with a method Redacted
+// returning its own type, such as mcp.Config, which hides every env and
+// header value and the URL's userinfo and query values) is shown as that
+// method returns it; every non-empty value of a secret key (any case) is
+// replaced with "(redacted)", credentials in URLs are hidden
+// (bus.RedactURL), and durations are written as Go durations ("30s").
 func RedactConfig(v any) any { return redactValue(reflect.ValueOf(v), "") }
 
 func redactValue(v reflect.Value, name string) any {
@@ -44,6 +48,23 @@ func redactValue(v reflect.Value, name string) any {
 		}
 		return redactValue(v.Elem(), name)
 	}
+	return redactWalk(selfRedacted(v), name)
+}
+
+// selfRedacted returns what v's method Redacted returns when it has one
+// that takes nothing and returns v's own type; v otherwise.
+func selfRedacted(v reflect.Value) reflect.Value {
+	m := v.MethodByName("Redacted")
+	if !m.IsValid() {
+		return v
+	}
+	if t := m.Type(); t.NumIn() != 0 || t.NumOut() != 1 || t.Out(0) != v.Type() {
+		return v
+	}
+	return m.Call(nil)[0]
+}
+
+func redactWalk(v reflect.Value, name string) any {
 	if secretKey(name) {
 		if v.IsZero() || (v.Kind() == reflect.Slice && v.Len() == 0) {
 			return emptyOf(v)

@@ -20,7 +20,7 @@
 //     through a reverse proxy that keeps the Host header), kept in the
 //     state file (data_dir/web.db) for 30 days. Codes are files in
 //     data_dir/web-pair named by their sha256; using one removes it.
-//     Logins are rate limited.
+//     Logins are rate limited per client address and per user name.
 //   - CSRF. Every state-changing request (POST) must carry the session's
 //     token in X-CSRF-Token (403 otherwise) and, when the browser sends
 //     one, an Origin equal to the request's host.
@@ -32,10 +32,12 @@
 //     are stored in the state file (the last 500 per chat) before they are
 //     acknowledged, and every browser showing the conversation gets them,
 //     the deltas, typing, and tool calls live over GET /api/events.
-//   - Dashboard (Config.Dashboard): the agent's sessions, the last agent
-//     events of every channel, /readyz components, dead letters, key
-//     metrics and the effective configuration with secrets redacted, as
-//     JSON under /api/dash/ for the page /dashboard.
+//   - Dashboard (Config.Dashboard), for Config.Operators only (anyone else
+//     gets 403 saying so, and the chat page does not link it): the agent's
+//     sessions, the last agent events of every channel, /readyz
+//     components, dead letters, key metrics, model requests and the
+//     effective configuration with secrets redacted, as JSON under
+//     /api/dash/ for the page /dashboard.
 //
 // Model output is rendered on the page by the console's own Markdown
 // renderer (assets/md.js), which builds DOM nodes from text and never
@@ -56,12 +58,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"golang.org/x/time/rate"
 
 	"github.com/switchboard-chat/switchboard/bus"
 	"github.com/switchboard-chat/switchboard/bus/bridge"
 	"github.com/switchboard-chat/switchboard/bus/bridge/boltseen"
 	"github.com/switchboard-chat/switchboard/channels"
+	"github.com/switchboard-chat/switchboard/internal/httpserve"
 	"github.com/switchboard-chat/switchboard/internal/observe"
 	"github.com/switchboard-chat/switchboard/internal/reqlog"
 )
@@ -96,6 +98,9 @@ type Deps struct {
 	Metrics channels.Metrics
 	// Ready, when set, is called with the listener's address.
 	Ready func(net.Addr)
+	// HTTP bounds the listener and its server and counts its connections
+	// as "web" (the daemon's, httpserve; nil: its defaults).
+	HTTP *httpserve.Servers
 	// Files is the workspace: uploaded files other than images are saved
 	// in its inbox/web/<chat>/ and named in the message text. Nil: they
 	// travel in the envelope as attachments (the agent sees only a note).
@@ -126,6 +131,10 @@ func (c *Channel) allowed(user string) bool {
 	return slices.Contains(list, user)
 }
 
+// operator reports whether user may see the dashboard
+// (channels.web.operators).
+func (c *Channel) operator(user string) bool { return slices.Contains(c.cfg.Operators, user) }
+
 // Channel is the web console. Build it with [New], run it once with
 // [Channel.Run].
 type Channel struct {
@@ -135,7 +144,7 @@ type Channel struct {
 	bopts bridge.Options
 	hub   *hub
 	trace *ring
-	login *rate.Limiter
+	login *loginLimits
 	ttl   time.Duration
 
 	client  *bridge.Client // set by Run
@@ -181,13 +190,16 @@ func New(cfg Config, deps Deps) (*Channel, error) {
 			Log: deps.Log, SeenTTL: ttl, OnDuplicate: func(bus.Outbound) { mx.OutboundDuplicate(Name) }},
 		hub:       newHub(),
 		trace:     newRing(traceSize),
-		login:     rate.NewLimiter(rate.Every(6*time.Second), 10),
+		login:     newLoginLimits(),
 		ttl:       ttl,
 		now:       time.Now,
 		keepAlive: 15 * time.Second,
 	}
 	if _, err := bridge.New(deps.Conn, c.bopts); err != nil {
 		return nil, fmt.Errorf("web: %w", err)
+	}
+	if cfg.Dashboard && len(cfg.Operators) == 0 {
+		c.log.Info("the dashboard is on, but nobody may open it: list its users in " + key("operators"))
 	}
 	return c, nil
 }
@@ -232,7 +244,7 @@ func (c *Channel) Run(ctx context.Context) error {
 	defer client.Close()
 	c.client, c.store = client, st
 	addr, _ := bindAddr(c.cfg.Listen) // checked by Validate
-	return channels.RunHTTP(ctx, channels.HTTPChannel{Name: "web", Addr: addr, Handler: c.Handler(), Log: c.log, Status: c.deps.Status,
+	return channels.RunHTTP(ctx, channels.HTTPChannel{Name: "web", Addr: addr, Handler: c.Handler(), Log: c.log, HTTP: c.deps.HTTP, Status: c.deps.Status,
 		// Closing the browsers' event streams first lets the shutdown
 		// finish without waiting for them.
 		BeforeShutdown: c.hub.closeAll,

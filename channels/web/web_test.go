@@ -359,7 +359,9 @@ func TestDashboard(t *testing.T) {
 	turns := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_turns_total"}, []string{"stop_reason"})
 	reg.MustRegister(turns)
 	turns.WithLabelValues("completed").Add(3)
-	r := e.start(t, e.config(), func(d *Deps) {
+	cfg := e.config()
+	cfg.Operators = UserList{"ann"}
+	r := e.start(t, cfg, func(d *Deps) {
 		d.Dash.Sessions = func() []observe.Session {
 			return []observe.Session{{Key: "telegram/42", State: "running", Queued: 2, LastActivity: time.Now()}}
 		}
@@ -407,7 +409,6 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("/dashboard: %d", resp.StatusCode)
 	}
 
-	cfg := e.config()
 	cfg.Dashboard = false
 	e2 := newEnv(t)
 	r2 := e2.start(t, cfg)

@@ -268,10 +268,10 @@ admin:
 bus:
   listen: %q
   bridges:
-    wechat: {channels: [wechat], token: t1}
-    line: {channels: [line, line2], user: line, password: p}
+    wechat: {channels: [wechat], token: wechat-token-for-the-check}
+    line: {channels: [line, line2], user: line, password: line-password-for-the-check}
   admin:
-    token: ops
+    token: ops-token-for-the-check
 `, filepath.Join(dir, "data"), filepath.Join(dir, "ws"), listen)
 	_, out = runCheckFile(t, body)
 	wantLine(t, out, "bus auth", "OK", "requires credentials (no anonymous client): 2 bridges, line (line, line2); wechat (wechat); operators use bus.admin")

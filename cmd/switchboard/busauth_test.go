@@ -212,7 +212,7 @@ func TestBusContextVerb(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfgFile := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(cfgFile, []byte(fmt.Sprintf("data_dir: %q\nbus:\n  listen: 0.0.0.0:5222\n  admin: {user: ops, password: pw}\n", dataDir)), 0o600); err != nil {
+	if err := os.WriteFile(cfgFile, []byte(fmt.Sprintf("data_dir: %q\nbus:\n  listen: 0.0.0.0:5222\n  admin: {user: ops, password: ops-password-for-tests}\n", dataDir)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	plain := filepath.Join(t.TempDir(), "config.yaml")
@@ -225,7 +225,7 @@ func TestBusContextVerb(t *testing.T) {
 		want natsbus.CLIContext
 	}{
 		{[]string{"--config", plain}, "switchboard.json", natsbus.CLIContext{URL: "nats://127.0.0.1:5222", Token: token}},
-		{[]string{"--config", cfgFile, "--name", "ops.prod"}, "ops.prod.json", natsbus.CLIContext{URL: "nats://127.0.0.1:5222", User: "ops", Password: "pw"}},
+		{[]string{"--config", cfgFile, "--name", "ops.prod"}, "ops.prod.json", natsbus.CLIContext{URL: "nats://127.0.0.1:5222", User: "ops", Password: "ops-password-for-tests"}},
 		{[]string{"--config", plain, "--name", "ops.prod"}, "ops.prod.json", natsbus.CLIContext{URL: "nats://127.0.0.1:5222", Token: token}}, // replaced
 	} {
 		var stdout, stderr bytes.Buffer

@@ -18,6 +18,7 @@ import (
 	slackch "github.com/switchboard-chat/switchboard/channels/slack"
 	"github.com/switchboard-chat/switchboard/channels/telegram"
 	webch "github.com/switchboard-chat/switchboard/channels/web"
+	"github.com/switchboard-chat/switchboard/internal/httpserve"
 	"github.com/switchboard-chat/switchboard/internal/kvstate"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/workspace"
@@ -42,6 +43,7 @@ type channelDeps struct {
 	State     kvstate.Set                       // memory.store jetstream: each channel runs on one instance, Telegram's offset shared; zero: unwrapped
 	Dash      webch.Dashboard                   // the web console dashboard's sources
 	Gate      telegram.Gate                     // access: who Telegram and Slack let in beyond allow_users; nil: nobody
+	HTTP      *httpserve.Servers                // every listener's bounds and connection counts
 }
 
 // startChannels starts the built-in channel adapters whose sections are
@@ -91,7 +93,7 @@ func newTelegram(cfg Config, d channelDeps) (channels.Channel, error) {
 	}
 	deps := telegram.Deps{Conn: d.Conn, Subjects: d.Subjects, MaxTextBytes: cfg.Bus.MaxTextBytes,
 		StatePath: filepath.Join(d.DataDir, "telegram.db"), OutRetention: cfg.Bus.OutRetentionOrDefault(),
-		State: d.State.Channels, Seen: d.seen(compTelegram), Files: d.root(), Log: d.Log, Status: d.status(compTelegram), Metrics: d.Metrics, Gate: d.Gate}
+		State: d.State.Channels, Seen: d.seen(compTelegram), Files: d.root(), Log: d.Log, Status: d.status(compTelegram), Metrics: d.Metrics, Gate: d.Gate, HTTP: d.HTTP}
 	if cfg.LLM.TranscriptionModel != "" {
 		tr, err := llm.NewTranscriber(cfg.LLM, nil)
 		if err != nil {
@@ -116,7 +118,7 @@ func newSlack(cfg Config, d channelDeps) (channels.Channel, error) {
 	}
 	a, err := slackch.New(*sc, slackch.Options{Conn: d.Conn, SubjectPrefix: d.Subjects.Prefix,
 		MaxTextBytes: cfg.Bus.MaxTextBytes, Inbox: d.root(), StorePath: filepath.Join(d.DataDir, "slack.db"), State: d.State.Channels, Seen: d.seen(compSlack),
-		OutRetention: cfg.Bus.OutRetentionOrDefault(), Log: d.Log, Status: d.status(compSlack), Metrics: d.Metrics, Gate: d.Gate})
+		OutRetention: cfg.Bus.OutRetentionOrDefault(), Log: d.Log, Status: d.status(compSlack), Metrics: d.Metrics, Gate: d.Gate, HTTP: d.HTTP})
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +134,7 @@ func newOpenAI(cfg Config, d channelDeps) (channels.Channel, error) {
 	}
 	c, err := openaich.New(*oc, openaich.Deps{Conn: d.Conn, Subjects: d.Subjects, MaxTextBytes: cfg.Bus.MaxTextBytes, NoModel: !cfg.LLM.Configured(),
 		StatePath: filepath.Join(d.DataDir, "openai.db"), Records: d.State.Delivered, Seen: d.seen(openaich.Name),
-		OutRetention: cfg.Bus.OutRetentionOrDefault(), Log: d.Log, Status: d.status(openaich.Name), Metrics: d.Metrics})
+		OutRetention: cfg.Bus.OutRetentionOrDefault(), Log: d.Log, Status: d.status(openaich.Name), Metrics: d.Metrics, HTTP: d.HTTP})
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +158,7 @@ func newWeb(cfg Config, d channelDeps) (channels.Channel, error) {
 	}
 	c, err := webch.New(*cfg.Channels.Web, webch.Deps{Conn: d.Conn, Subjects: d.Subjects, MaxTextBytes: cfg.Bus.MaxTextBytes, StatePath: filepath.Join(d.DataDir, "web.db"),
 		PairDir: webch.PairDir(d.DataDir), OutRetention: cfg.Bus.OutRetentionOrDefault(), NoModel: !cfg.LLM.Configured(), Log: d.Log,
-		Files: d.root(), Status: d.status(webch.Name), Metrics: d.Metrics, Dash: d.Dash, Allow: d.Gate})
+		Files: d.root(), Status: d.status(webch.Name), Metrics: d.Metrics, Dash: d.Dash, Allow: d.Gate, HTTP: d.HTTP})
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/switchboard-chat/switchboard/channels/telegram"
 	webch "github.com/switchboard-chat/switchboard/channels/web"
 	"github.com/switchboard-chat/switchboard/config"
+	"github.com/switchboard-chat/switchboard/internal/httpserve"
 	"github.com/switchboard-chat/switchboard/internal/logging"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
@@ -49,6 +50,7 @@ type Config struct {
 	// Agents and Bindings: several agents, bound to chats (agent/profiles).
 	Agents   map[string]config.Node `yaml:"agents"`
 	Bindings []profiles.Binding     `yaml:"bindings"`
+	HTTP     httpserve.Config       `yaml:"http"`
 	File     string                 `yaml:"-"` // the --config LoadConfig was given, which a reload reads again
 }
 
@@ -80,6 +82,7 @@ func defaultConfig() Config {
 		Tools:           tools.DefaultConfig(),
 		MCP:             mcp.DefaultConfig(),
 		Admin:           admin.DefaultConfig(),
+		HTTP:            httpserve.DefaultConfig(),
 		Access:          access.DefaultConfig(),
 		Channels:        ChannelsConfig{OpenAI: new(openaich.DefaultConfig()), Slack: new(slackch.DefaultConfig()), Telegram: new(telegram.DefaultConfig()), Web: new(webch.DefaultConfig())},
 	}
@@ -145,7 +148,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("shutdown_timeout: must be between 1s and 1h, got %s", c.ShutdownTimeout))
 	}
 	_, perr := c.Profiles()
-	errs = append(errs, c.Log.Validate(), c.Bus.Validate(), c.LLM.Validate(), c.Agent.Validate(), c.Memory.Validate(), c.Tools.Validate(), c.MCP.Validate(), c.Admin.Validate(), c.Access.Validate(), perr)
+	errs = append(errs, c.Log.Validate(), c.Bus.WithBuiltinChannels(builtinChannels).Validate(), c.LLM.Validate(), c.Agent.Validate(), c.Memory.Validate(), c.Tools.Validate(), c.MCP.Validate(), c.Admin.Validate(), c.HTTP.Validate(), c.Access.WithBridges(c.bridgeChannels()).Validate(), perr)
 	if c.Channels.OpenAI != nil {
 		errs = append(errs, c.Channels.OpenAI.Validate())
 	}
@@ -162,6 +165,22 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("admin.listen: must differ from bus.listen, both are %q", c.Admin.Listen))
 	}
 	return errors.Join(errs...)
+}
+
+// builtinChannels are the channels of the daemon's own adapters
+// (access.Authenticated; TestBuiltinChannelsAreTheAdapters checks them
+// against the adapters' names): no bus.bridges.<name> may be named after
+// one or declare one (natsbus.Config.BuiltinChannels).
+var builtinChannels = access.Authenticated
+
+// bridgeChannels are the channels of each bus.bridges.<name>, for the
+// access section's checks of owners (access.Config.WithBridges).
+func (c Config) bridgeChannels() map[string][]string {
+	out := make(map[string][]string, len(c.Bus.Bridges))
+	for name, b := range c.Bus.Bridges {
+		out[name] = b.Channels
+	}
+	return out
 }
 
 // Logger returns the process logger writing to w (logging.Config.New).

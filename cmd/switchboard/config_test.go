@@ -24,6 +24,7 @@ import (
 	"github.com/switchboard-chat/switchboard/channels/telegram"
 	webch "github.com/switchboard-chat/switchboard/channels/web"
 	"github.com/switchboard-chat/switchboard/config"
+	"github.com/switchboard-chat/switchboard/internal/httpserve"
 	"github.com/switchboard-chat/switchboard/internal/logging"
 	"github.com/switchboard-chat/switchboard/llm"
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
@@ -98,7 +99,7 @@ func TestParseConfigTestdata(t *testing.T) {
 					MaxTimeout: 2 * time.Minute, JobTimeout: 10 * time.Minute, MaxJobs: 2, Sandbox: "bwrap", PassEnv: []string{"GOPATH"}},
 				WebFetch:    tools.WebFetchConfig{AllowPrivate: true, Timeout: 10 * time.Second, MaxBytes: 1 << 20, MaxRedirects: 3, UserAgent: "TestAgent/1"},
 				SendMessage: tools.SendMessageConfig{MaxFileBytes: 1024},
-				Schedule:    tools.ScheduleConfig{MaxPerUser: 5, MinInterval: 5 * time.Minute, Timezone: "Europe/Berlin"}}
+				Schedule:    tools.ScheduleConfig{MaxPerUser: 5, MaxPerChannel: 50, MinInterval: 5 * time.Minute, Timezone: "Europe/Berlin"}}
 			c.MCP = mcp.Config{Servers: map[string]mcp.ServerConfig{
 				"github": {Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-github"}, Env: map[string]string{"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp-test"}, Timeout: 90 * time.Second},
 				"search": {URL: "https://mcp.example.com/mcp", Headers: map[string]string{"Authorization": "Bearer t0k"}, Disabled: true}}}
@@ -115,19 +116,20 @@ func TestParseConfigTestdata(t *testing.T) {
 			c.Memory = memcfg.Config{Store: "jetstream", Scope: "shared", Retention: 30, Consolidate: "03:15", EmbeddingModel: "text-embedding-3-small",
 				EmbeddingBaseURL: "http://embed:8080/v1", EmbeddingAPIKey: "ek-test", IndexInterval: 5 * time.Minute}
 			c.Admin.Listen = "0.0.0.0:19090"
+			c.HTTP = httpserve.Config{MaxConns: 300, MaxConnsPerIP: 300, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 16384}
 			c.Channels.OpenAI = &openaich.Config{Listen: "0.0.0.0:18088",
 				Keys:   []openaich.Key{{Key: "sk-full-0123456789abcdef", User: "ann"}, {Key: "sk-full-fedcba9876543210", User: "bob@example.com"}},
 				Models: []string{"switchboard", "switchboard-fast"}, MaxBodyBytes: 1 << 20, RequestTimeout: 2 * time.Minute, RateLimit: 30,
 				CORSOrigins: []string{"https://chat.example.com"}}
-			c.Channels.Slack = &slackch.Config{Mode: "http", BotToken: "xoxb-1-full", SigningSecret: "full-secret", HTTPListen: "0.0.0.0:3000",
+			c.Channels.Slack = &slackch.Config{Mode: "http", BotToken: "xoxb-1-full", SigningSecret: "full-signing-secret-0123456789", HTTPListen: "0.0.0.0:3000",
 				APIURL: "http://slack-proxy:8080/api", AllowUsers: slackch.IDList{"U0123ABCD", "U0456EFGH"},
 				AllowChannels: slackch.IDList{"C0123ABCD"}, GroupTrigger: "all"}
 			c.LLM.TranscriptionModel = "whisper-1"
 			c.Channels.Telegram = &telegram.Config{Token: "123456:AAE-full_token", APIEndpoint: "http://tg-local:8081/bot%s/%s",
 				AllowUsers: telegram.UserList{"123456789", "@ann", "987", "@bob"}, GroupTrigger: "mention", Mode: "webhook",
-				WebhookListen: "127.0.0.1:8443", WebhookURL: "https://bot.example.com/telegram/hook", WebhookSecret: "hook-secret",
+				WebhookListen: "127.0.0.1:8443", WebhookURL: "https://bot.example.com/telegram/hook", WebhookSecret: "hook-secret-0123456789",
 				PollTimeout: 50 * time.Second, MaxImageBytes: 262144, MaxFileBytes: 1048576}
-			c.Channels.Web = &webch.Config{Listen: "0.0.0.0:18089", AllowUsers: webch.UserList{"ann", "bob"}}
+			c.Channels.Web = &webch.Config{Listen: "0.0.0.0:18089", AllowUsers: webch.UserList{"ann", "bob"}, Operators: webch.UserList{"bob"}}
 		}},
 		{file: "valid_bridges.yaml", want: func(c *Config) {
 			c.Bus.Bridges = map[string]natsbus.BridgeConfig{
@@ -393,7 +395,7 @@ func TestShippedConfigUsesEnvironment(t *testing.T) {
 		"OPENAI_API_KEY":              "sk-123",
 		"OPENAI_MODEL":                "llama3.1",
 		"SWITCHBOARD_BUS_LISTEN":      "0.0.0.0:4222",
-		"SWITCHBOARD_BUS_ADMIN_TOKEN": "ops-token",
+		"SWITCHBOARD_BUS_ADMIN_TOKEN": "ops-token-for-the-container",
 		"SWITCHBOARD_ADMIN_LISTEN":    "0.0.0.0:9090",
 	}))
 	if err != nil {
@@ -404,7 +406,7 @@ func TestShippedConfigUsesEnvironment(t *testing.T) {
 	want.LLM.APIKey = "sk-123"
 	want.LLM.Model = "llama3.1"
 	want.Bus.Listen = "0.0.0.0:4222"
-	want.Bus.Admin.Token = "ops-token"
+	want.Bus.Admin.Token = "ops-token-for-the-container"
 	want.Admin.Listen = "0.0.0.0:9090"
 	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
 		t.Fatalf("shipped config.yaml with env (-want +got):\n%s", diff)

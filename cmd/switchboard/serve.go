@@ -22,6 +22,7 @@ import (
 	"github.com/switchboard-chat/switchboard/agent/profiles"
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
 	webch "github.com/switchboard-chat/switchboard/channels/web"
+	"github.com/switchboard-chat/switchboard/internal/httpserve"
 	"github.com/switchboard-chat/switchboard/internal/kvstate"
 	"github.com/switchboard-chat/switchboard/internal/reload"
 	"github.com/switchboard-chat/switchboard/internal/reqlog"
@@ -31,6 +32,7 @@ import (
 	"github.com/switchboard-chat/switchboard/memory/memcfg"
 	"github.com/switchboard-chat/switchboard/metrics"
 	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/tools/schedule"
 	"github.com/switchboard-chat/switchboard/workspace"
 )
 
@@ -76,10 +78,13 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 	if err := tools.ProtectProcess(); err != nil {
 		log.Warn("could not make the daemon non-dumpable: processes it starts (bash commands, MCP servers) could read its environment and memory", "err", err)
 	}
+	hs := httpserve.New(cfg.HTTP, log) // bounds and counts every HTTP listener
 	adm := admin.New(cfg.Admin, log)
+	adm.SetHTTP(hs)
 	adm.Expect(compBus, compStore, compWorkspace, compAgent)
 	mx := metrics.New()
 	adm.Handle("/metrics", mx.Handler())
+	mx.HTTP(hs)
 	ctx, cancel := context.WithCancel(ctx)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return adm.Run(gctx) })
@@ -115,7 +120,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		hist = bolt
 	}
 
-	busCfg, tokenPath, created, err := cfg.Bus.WithOperatorToken(cfg.DataDir)
+	busCfg, tokenPath, created, err := cfg.Bus.WithBuiltinChannels(builtinChannels).WithOperatorToken(cfg.DataDir)
 	if err != nil {
 		return err
 	}
@@ -147,13 +152,17 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 
 	reqs := reqlog.New(cfg.LLM.APIKey) // the last requests of each session, for the web dashboard
 	rt, err := profiles.Start(set, profiles.Shared{Memory: cfg.Memory, MCP: cfg.MCP, SubjectPrefix: cfg.Bus.SubjectPrefix, Version: version,
-		Bus: b, Metrics: mx, Requests: reqs, State: state, Log: log}) // every agent, main's memory and schedules in state
+		Bus: b, SchedulePace: schedulePace(cfg.Bus.Bridges), Metrics: mx, Requests: reqs, State: state, Log: log}) // every agent, main's memory and schedules in state
 	if err != nil {
 		return err
 	}
 	adm.Handle("GET /mcp", rt) // main's MCP servers
 	// data_dir/access.db or the cluster's bucket, read at each decision
 	gate := access.New(cfg.Access.WithChannels(cfg.Channels), cfg.DataDir, access.Options{Log: log, Shared: state.Access})
+	if len(cfg.Access.Owners) == 0 {
+		log.Info("access.owners is empty: the shared prompt files (AGENT.md, USER.md, RULE.md, MEMORY.md, HEARTBEAT.md, skills/, " +
+			"the shared memory) are read-only to every chat; only the operator's console (switchboard chat) may change them")
+	}
 	mgr, err := agent.NewManager(cfg.Agent, rt.Main.Settings.Apply(agent.Options{Subjects: b.Subjects(), MaxTextBytes: cfg.Bus.MaxTextBytes,
 		ShutdownTimeout: cfg.ShutdownTimeout, Heartbeat: b.Heartbeat()}), // a third of the consumers' AckWait
 		agent.Deps{Source: b, Publisher: b, Store: store, Log: log, Observer: mx, Pairing: gate, Main: rt.Main, Agents: rt.Agents()})
@@ -179,12 +188,12 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return b.Announce(gctx, natsbus.Instance{Version: version, Started: t0}, adm.Addr, adm.SetDetail)
 	})
 	if err := startChannels(gctx, g, cfg, channelDeps{Conn: b.Conn(), Subjects: b.Subjects(), Workspace: ws,
-		DataDir: cfg.DataDir, Log: log, Status: adm.SetReady, Metrics: mx, State: state, Gate: gate,
+		DataDir: cfg.DataDir, Log: log, Status: adm.SetReady, Metrics: mx, State: state, Gate: gate, HTTP: hs,
 		Dash: webch.Dashboard{Sessions: mgr.Sessions, Health: adm.NotReady, Gather: mx.Gatherer(), Requests: reqs.Requests, Config: webch.RedactConfig(cfg)}}, adm); err != nil {
 		return err
 	}
 	g.Go(func() error {
-		b.WatchReady(gctx, 5*time.Second, func(err error) { adm.SetReady(compBus, err) })
+		b.WatchHealth(gctx, 5*time.Second, func(err error) { adm.SetReady(compBus, err) }) // connected, streams there and storing
 		return nil
 	})
 	adm.SetReady(compAgent, nil)
@@ -199,6 +208,20 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, onStart func(start
 		return werr
 	}
 	return nil
+}
+
+// schedulePace paces the scheduled runs of each bridge's channels to the
+// bridge's bus.bridges.<name>.max_msgs_per_sec, the rate the bus lets the
+// bridge's own messages in at: scheduled runs skip the ingress, and the
+// bridge chooses the user ids that the per-user quota counts.
+func schedulePace(bridges map[string]natsbus.BridgeConfig) *schedule.Pace {
+	rates := map[string]float64{}
+	for _, br := range bridges {
+		for _, ch := range br.Channels {
+			rates[ch] = br.Rate()
+		}
+	}
+	return schedule.NewPace(rates)
 }
 
 // testStoreFault is nil in the daemon. A test of package main sets it

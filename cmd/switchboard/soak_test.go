@@ -25,7 +25,7 @@ import (
 const (
 	soakChats    = 16
 	soakInFlight = 3  // accepted, unanswered messages per chat
-	soakKills    = 10 // short mode (CI); SWITCHBOARD_SOAK_KILLS for more
+	soakKills    = 20 // short mode (CI); SWITCHBOARD_SOAK_KILLS for more
 	soakDrain    = time.Minute
 )
 
@@ -34,14 +34,16 @@ const (
 // at random moments and restarted, then drains and counts, as one line:
 // accepted messages (the stream acknowledged them), lost (accepted, no
 // final after the drain), doubled (two different finals for one message),
-// violations (typing, delta or anything else on the wire after the
-// message's final), history doubles (the message stored twice), wire
-// repeats (the same final id delivered again to a core subscriber:
-// allowed) and kit repeats (the bridge kit showed the same final twice:
-// not allowed). Lost, doubled, violations, history doubles, kit repeats
-// and API-invalid model requests must be zero.
+// after_final (every outbound message, typing and deltas included, that
+// came after a final for the same in_reply_to: on the wire, in the out
+// stream's stored order, or handed to the bridge kit's handler after it
+// handed over the final; the three also apart), history doubles (the
+// message stored twice), wire repeats (the same final id delivered again
+// to a core subscriber: allowed) and kit repeats (the bridge kit showed
+// the same final twice: not allowed). Lost, doubled, after_final, history
+// doubles, kit repeats and API-invalid model requests must be zero.
 //
-// Short mode (the default, for CI): 10 kills. Long mode:
+// Short mode (the default, for CI): 20 kills. Long mode:
 //
 //	SWITCHBOARD_SOAK_KILLS=100 go test -race -run TestKillSoak -v -timeout 60m ./cmd/switchboard/
 //
@@ -231,12 +233,13 @@ func TestKillSoak(t *testing.T) {
 		return true
 	})
 	pubNC.Close()
+	stored := storedAfterFinal(t, url, token)
 	stopProcess(t, p)
 	w.Close()
 
 	seen := w.snapshot()
 	hist := historyInbound(t, dataDir)
-	var lost, doubled, violations, histDoubles, wireRepeats, kitRepeats int
+	var lost, doubled, wireAfter, storedAfter, kitAfter, histDoubles, wireRepeats, kitRepeats int
 	var examples []string
 	example := func(format string, args ...any) {
 		if len(examples) < 10 {
@@ -255,8 +258,16 @@ func TestKillSoak(t *testing.T) {
 			example("doubled %s: %v", id, finals)
 		}
 		if len(v.violation) > 0 {
-			violations += len(v.violation)
-			example("after the final of %s: %v", id, v.violation)
+			wireAfter += len(v.violation)
+			example("on the wire after the final of %s: %v", id, v.violation)
+		}
+		if len(v.kitAfter) > 0 {
+			kitAfter += len(v.kitAfter)
+			example("handed to the kit's handler after the final of %s: %v", id, v.kitAfter)
+		}
+		if kinds := stored[id]; len(kinds) > 0 {
+			storedAfter += len(kinds)
+			example("stored after the final of %s: %v", id, kinds)
 		}
 		wireRepeats += sum(v.wire) - len(v.wire)
 		if n := sum(v.shown) - len(v.shown); n > 0 {
@@ -278,15 +289,74 @@ func TestKillSoak(t *testing.T) {
 	if n := len(firstAnswer); n > 0 {
 		p50, pmax = firstAnswer[n/2], firstAnswer[n-1]
 	}
-	t.Logf("kill soak: seed=%d kills=%d chats=%d accepted=%d lost=%d doubled=%d violations=%d history_doubles=%d wire_repeats=%d kit_repeats=%d invalid_requests=%d restart_to_answer_p50=%s max=%s elapsed=%s",
-		seed, kills, soakChats, len(ids), lost, doubled, violations, histDoubles, wireRepeats, kitRepeats, invalid,
+	afterFinal := wireAfter + storedAfter + kitAfter
+	t.Logf("kill soak: seed=%d kills=%d chats=%d accepted=%d lost=%d doubled=%d after_final=%d (wire %d, stored %d, kit %d) history_doubles=%d wire_repeats=%d kit_repeats=%d invalid_requests=%d restart_to_answer_p50=%s max=%s elapsed=%s",
+		seed, kills, soakChats, len(ids), lost, doubled, afterFinal, wireAfter, storedAfter, kitAfter, histDoubles, wireRepeats, kitRepeats, invalid,
 		p50.Round(time.Millisecond), pmax.Round(time.Millisecond), time.Since(began).Round(time.Second))
 	for _, e := range examples {
 		t.Log("  " + e)
 	}
-	if lost+doubled+violations+histDoubles+kitRepeats > 0 {
-		t.Errorf("kill soak broke exactly-once: lost=%d doubled=%d violations=%d history_doubles=%d kit_repeats=%d (seed %d)",
-			lost, doubled, violations, histDoubles, kitRepeats, seed)
+	if lost+doubled+afterFinal+histDoubles+kitRepeats > 0 {
+		t.Errorf("kill soak broke exactly-once: lost=%d doubled=%d after_final=%d history_doubles=%d kit_repeats=%d (seed %d)",
+			lost, doubled, afterFinal, histDoubles, kitRepeats, seed)
 	}
 	model.checkValid(t)
+}
+
+// storedAfterFinal reads the out stream of the running daemon at url from
+// its first message to its last, in the order the stream stored them, and
+// returns, per inbound id, the kinds of the messages stored after the
+// first final for it (a copy of that final, which the stream
+// de-duplicates, is not one): the daemon's own order, which a core
+// subscriber that reconnects after a restart may not see whole.
+func storedAfterFinal(t *testing.T, url, token string) map[string][]string {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.Token(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+	st, err := js.Stream(ctx, "CHAT_OUT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := info.State.LastSeq
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	finals := map[string]string{} // inbound id → its first final's id
+	after := map[string][]string{}
+	for seq := uint64(0); seq < last; {
+		m, err := cons.Next(jetstream.FetchMaxWait(wait))
+		if err != nil {
+			t.Fatalf("reading CHAT_OUT at %d of %d: %v", seq, last, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq = md.Sequence.Stream
+		var o bus.Outbound
+		if json.Unmarshal(m.Data(), &o) != nil || o.InReplyTo == "" {
+			continue
+		}
+		switch f, ok := finals[o.InReplyTo]; {
+		case !ok && o.Final:
+			finals[o.InReplyTo] = o.ID
+		case ok && !(o.Final && o.ID == f):
+			after[o.InReplyTo] = append(after[o.InReplyTo], fmt.Sprintf("%s seq %d (stream %d)", o.Kind, o.Seq, seq))
+		}
+	}
+	return after
 }

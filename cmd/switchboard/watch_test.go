@@ -36,7 +36,8 @@ import (
 //     is missed).
 //
 // Per inbound id it records the final ids seen, how often each copy came,
-// and what arrived on the wire after a final (a protocol violation).
+// and what arrived after a final on the wire or at the kit's handler (a
+// protocol violation).
 type outWatcher struct {
 	t      testing.TB
 	wireNC *nats.Conn
@@ -56,6 +57,7 @@ type inboundView struct {
 	shown     map[string]int // final id → times the bridge kit's handler got it
 	final     bool           // a final was seen on the wire
 	violation []string       // wire messages (kind) after a final
+	kitAfter  []string       // messages (kind) the kit handed over after a final it handed over
 }
 
 // finalIDs is the union of the final ids seen on the wire and by the kit.
@@ -187,11 +189,14 @@ func (w *outWatcher) onWire(m *nats.Msg) {
 }
 
 func (w *outWatcher) onKit(_ context.Context, o bus.Outbound) error {
-	if !o.Final {
-		return nil
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if !o.Final {
+		if v := w.byIn[o.InReplyTo]; v != nil && len(v.shown) > 0 {
+			v.kitAfter = append(v.kitAfter, o.Kind)
+		}
+		return nil
+	}
 	w.view(o.InReplyTo).shown[o.ID]++
 	w.notify()
 	return nil
@@ -272,7 +277,8 @@ func (w *outWatcher) snapshot() map[string]inboundView {
 	defer w.mu.Unlock()
 	out := make(map[string]inboundView, len(w.byIn))
 	for id, v := range w.byIn {
-		c := inboundView{wire: map[string]int{}, shown: map[string]int{}, final: v.final, violation: append([]string(nil), v.violation...)}
+		c := inboundView{wire: map[string]int{}, shown: map[string]int{}, final: v.final, violation: append([]string(nil), v.violation...),
+			kitAfter: append([]string(nil), v.kitAfter...)}
 		for k, n := range v.wire {
 			c.wire[k] = n
 		}
@@ -287,7 +293,7 @@ func (w *outWatcher) snapshot() map[string]inboundView {
 func (w *outWatcher) summary() string {
 	var b strings.Builder
 	for id, v := range w.snapshot() {
-		b.WriteString("\n  " + id + ": wire=" + jsonString(v.wire) + " kit=" + jsonString(v.shown) + " after_final=" + jsonString(v.violation))
+		b.WriteString("\n  " + id + ": wire=" + jsonString(v.wire) + " kit=" + jsonString(v.shown) + " after_final=" + jsonString(v.violation) + " kit_after_final=" + jsonString(v.kitAfter))
 	}
 	return b.String()
 }
@@ -369,7 +375,7 @@ func historyInbound(t testing.TB, dataDir string) map[string]int {
 
 // TestOutWatcherCounts feeds the watcher's wire and kit handlers directly:
 // a second copy of a final is a repeat, a typing after the final a
-// violation, a second final id a double.
+// violation (on the wire and at the kit), a second final id a double.
 func TestOutWatcherCounts(t *testing.T) {
 	w := &outWatcher{t: t, byIn: map[string]*inboundView{}, changed: make(chan struct{})}
 	wire := func(o bus.Outbound) {
@@ -391,15 +397,18 @@ func TestOutWatcherCounts(t *testing.T) {
 	other := final
 	other.ID = "f2"
 	wire(other)
+	_ = w.onKit(context.Background(), typing) // before the final: fine
 	if err := w.onKit(context.Background(), final); err != nil {
 		t.Fatal(err)
 	}
 	_ = w.onKit(context.Background(), final)
+	_ = w.onKit(context.Background(), typing)
 	v := w.snapshot()["a"]
 	if got := v.finalIDs(); len(got) != 2 {
 		t.Errorf("final ids = %v, want f1 and f2", got)
 	}
-	if v.wire["f1"] != 2 || v.shown["f1"] != 2 || len(v.violation) != 1 || v.violation[0] != bus.KindTyping {
+	if v.wire["f1"] != 2 || v.shown["f1"] != 2 || len(v.violation) != 1 || v.violation[0] != bus.KindTyping ||
+		len(v.kitAfter) != 1 || v.kitAfter[0] != bus.KindTyping {
 		t.Errorf("view = %+v", v)
 	}
 }

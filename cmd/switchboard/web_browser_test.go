@@ -137,7 +137,7 @@ func TestWebConsoleInBrowser(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	cfg := testConfig(t, model.URL())
-	cfg.Channels.Web = &webch.Config{Listen: addr, AllowUsers: webch.UserList{"ann"}, Dashboard: true}
+	cfg.Channels.Web = &webch.Config{Listen: addr, AllowUsers: webch.UserList{"ann"}, Dashboard: true, Operators: webch.UserList{"ann"}}
 	startDaemon(t, cfg)
 	base := "http://" + addr
 	polltest.Until(t, wait, 10*time.Millisecond, func() bool {

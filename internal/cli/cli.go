@@ -79,13 +79,15 @@ var Verbs = []Verb{
 		Name: "init", Summary: "write a minimal config.yaml: asks, and checks each answer",
 		About: "The setup wizard: asks for the model endpoint (tested with a real tool-call\n" +
 			"request; the models listed when the server can), its key, which channels to\n" +
-			"enable (tokens tested with getMe / auth.test) and who may talk to the bot, then\n" +
-			"writes a config.yaml with only the chosen keys, and the workspace files.\n" +
+			"enable (tokens tested with getMe / auth.test), who may talk to the bot and the\n" +
+			"owner (the first user id allowed is offered), then writes a config.yaml with\n" +
+			"only the chosen keys, and the workspace files.\n" +
 			"--yes asks nothing: the flags (and their defaults) are the answers.",
 		Flags: []Flag{configFlag, {Name: "yes"}, {Name: "force"}, {Name: "data-dir", Arg: "DIR"},
 			{Name: "base-url", Arg: "URL"}, {Name: "api-key", Arg: "KEY"}, {Name: "model", Arg: "NAME"},
 			{Name: "telegram-token", Arg: "TOKEN"}, {Name: "telegram-api-endpoint", Arg: "URL"}, {Name: "telegram-allow", Arg: "USERS"},
-			{Name: "slack-bot-token", Arg: "TOKEN"}, {Name: "slack-app-token", Arg: "TOKEN"}, {Name: "slack-api-url", Arg: "URL"}, {Name: "slack-allow", Arg: "USERS"}},
+			{Name: "slack-bot-token", Arg: "TOKEN"}, {Name: "slack-app-token", Arg: "TOKEN"}, {Name: "slack-api-url", Arg: "URL"}, {Name: "slack-allow", Arg: "USERS"},
+			{Name: "owner", Arg: "USER"}},
 		Examples: []string{"switchboard init",
 			"switchboard init --yes --base-url http://localhost:11434/v1 --model llama3.1",
 			"switchboard init --yes --telegram-token $TELEGRAM_BOT_TOKEN --telegram-allow @ann"},

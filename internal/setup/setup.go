@@ -20,9 +20,16 @@
 //     --slack-app-token, checked with auth.test by slack.Check). A token
 //     refused is an error and nothing is written.
 //   - who may talk to the bot on each channel enabled (--telegram-allow,
-//     --slack-allow: user ids, "*" for everyone, empty for nobody yet).
-//     This is the allow_users key the channels have today; approving new
-//     users from a chat (pairing) is not built yet.
+//     --slack-allow: user ids, "*" for everyone, empty for nobody yet):
+//     the channels' allow_users; anyone else gets a pairing code for an
+//     owner to approve (docs/access.md).
+//   - the owner (--owner, access.owners): the first user id allowed on a
+//     channel is offered (a Telegram @username is no id), as
+//     <channel>:<user_id>; "none" declines. An owner may change the bot's
+//     shared files (AGENT.md, USER.md, RULE.md, MEMORY.md, HEARTBEAT.md,
+//     skills/, the shared memory) from a chat and approve pairing codes;
+//     without one only the operator's console may. With no user id
+//     allowed and no --owner, nothing is asked and a note says so.
 //
 // Interactively, a failed check asks again (with the previous answers as
 // defaults); with --yes it is the error. The file is written last (mode
@@ -48,6 +55,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 	"golang.org/x/term"
 
+	"github.com/switchboard-chat/switchboard/access"
 	"github.com/switchboard-chat/switchboard/bus"
 	slackch "github.com/switchboard-chat/switchboard/channels/slack"
 	"github.com/switchboard-chat/switchboard/channels/telegram"
@@ -73,6 +81,7 @@ type answers struct {
 	slackBot, slackApp, slackAPI string
 	slackAllow                   string
 	useTelegram, useSlack        bool
+	owner                        string            // --owner, then the answer: "none" or <channel>:<user_id>
 	fromEnv                      map[string]string // value -> variable it came from
 }
 
@@ -96,7 +105,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if !a.yes {
 		fmt.Fprintf(stdout, "Switchboard setup: a few questions, then %s is written. Enter keeps the [default].\n\n", a.path)
 	}
-	steps := []func(context.Context, *answers, *asker) error{askModel, askTelegram, askSlack}
+	steps := []func(context.Context, *answers, *asker) error{askModel, askTelegram, askSlack, askOwner}
 	for _, step := range steps {
 		if err := step(ctx, a, q); err != nil {
 			return err
@@ -132,6 +141,8 @@ func parse(args []string, stderr io.Writer) (*answers, error) {
 	fs.StringVar(&a.slackApp, "slack-app-token", "", "Slack app-level token for socket mode, xapp-... (default $SLACK_APP_TOKEN)")
 	fs.StringVar(&a.slackAPI, "slack-api-url", "", "Slack Web API base URL (default Slack's)")
 	fs.StringVar(&a.slackAllow, "slack-allow", "", "Slack user ids allowed (U...), comma separated; * for everyone")
+	fs.StringVar(&a.owner, "owner", "", "access.owners: <channel>:<user_id> of the user who may change the bot's shared files and approve pairing codes "+
+		"(default the first user id allowed; none for nobody)")
 	cli.SetUsage(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -269,7 +280,7 @@ func askTelegram(ctx context.Context, a *answers, q *asker) error {
 		}
 		q.say("Let's try again.")
 	}
-	q.say("Who may talk to the bot? Approving new users from a chat (pairing) is not built yet: this sets channels.telegram.allow_users.")
+	q.say("Who may talk to the bot? This sets channels.telegram.allow_users; anyone else gets a pairing code for an owner to approve.")
 	a.telegramAllow, err = q.ask(ctx, "Telegram users allowed (ids or @usernames, comma separated; * for everyone; empty for nobody yet)", a.telegramAllow)
 	return err
 }
@@ -314,7 +325,7 @@ func askSlack(ctx context.Context, a *answers, q *asker) error {
 		}
 		q.say("Let's try again.")
 	}
-	q.say("Who may talk to the bot? Approving new users from a chat (pairing) is not built yet: this sets channels.slack.allow_users.")
+	q.say("Who may talk to the bot? This sets channels.slack.allow_users; anyone else gets a pairing code for an owner to approve.")
 	a.slackAllow, err = q.ask(ctx, "Slack user ids allowed (U..., comma separated; * for everyone; empty for nobody yet)", a.slackAllow)
 	return err
 }
@@ -327,6 +338,67 @@ func slackConfig(a *answers) slackch.Config {
 	}
 	cfg.AllowUsers = slackch.IDList(splitList(a.slackAllow))
 	return cfg
+}
+
+// noOwner is the answer that declines an owner.
+const noOwner = "none"
+
+// askOwner offers to make the first user allowed an owner (access.owners),
+// and checks the answer.
+func askOwner(ctx context.Context, a *answers, q *asker) error {
+	def := a.owner
+	if def == "" {
+		def = firstUser(a)
+	}
+	if def == "" {
+		if a.useTelegram || a.useSlack {
+			q.say("No owner: the bot's shared files (AGENT.md, USER.md, RULE.md, MEMORY.md, HEARTBEAT.md, skills/) can be changed only from " +
+				"`switchboard chat` until you add yourself to access.owners as <channel>:<your user id>, e.g. telegram:123456789.")
+		}
+		a.owner = noOwner
+		return nil
+	}
+	for {
+		q.say("An owner may change the bot's shared files (AGENT.md, USER.md, RULE.md, MEMORY.md, HEARTBEAT.md, skills/) from a chat and approve pairing codes.")
+		answer, err := q.ask(ctx, "Owner (<channel>:<user_id>; none for nobody)", def)
+		if err != nil {
+			return err
+		}
+		if answer == noOwner {
+			a.owner = noOwner
+			return nil
+		}
+		verr := access.Config{Owners: []string{answer}}.Validate()
+		if verr == nil {
+			a.owner = answer
+			return nil
+		}
+		if a.yes {
+			return fmt.Errorf("init: --owner: nothing written: %w", verr)
+		}
+		q.say("  %v", verr)
+		q.say("Let's try again.")
+		def = answer
+	}
+}
+
+// firstUser is the first user id allowed on an enabled channel, as
+// <channel>:<user_id> (Telegram @usernames and "*" are no ids), or "".
+func firstUser(a *answers) string {
+	for _, ch := range []struct {
+		on         bool
+		name, list string
+	}{{a.useTelegram, "telegram", a.telegramAllow}, {a.useSlack, "slack", a.slackAllow}} {
+		if !ch.on {
+			continue
+		}
+		for _, u := range splitList(ch.list) {
+			if u != "*" && !strings.HasPrefix(u, "@") {
+				return ch.name + ":" + u
+			}
+		}
+	}
+	return ""
 }
 
 // splitList splits a comma (or space) separated list.

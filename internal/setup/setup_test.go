@@ -304,3 +304,65 @@ func (n *notify) Write(p []byte) (int, error) {
 	}
 	return n.w.Write(p)
 }
+
+// TestOwnerOffered: with a user id allowed on a channel, the first one is
+// offered as the owner (access.owners), who may change the bot's shared
+// files; an owner on a channel that is not built in is refused and asked
+// again; --owner none (or no user id allowed) writes no owner.
+func TestOwnerOffered(t *testing.T) {
+	f := newFakes(t)
+	f.toolCall()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	answers := strings.Join([]string{
+		f.modelURL, goodKey, "", // endpoint, key, model
+		"y", botToken, "@ann, 42", // Telegram: token, allowed
+		"n",                          // no Slack
+		"wechat:boss", "telegram:42", // owner: refused, then the id
+	}, "\n") + "\n"
+	out, err := run(t, answers, "--config", path, "--data-dir", filepath.Join(dir, "data"), "--telegram-api-endpoint", f.telegram)
+	if err != nil {
+		t.Fatalf("init = %v\n%s", err, out)
+	}
+	for _, want := range []string{"may change the bot's shared files", "Owner (<channel>:<user_id>; none for nobody) [telegram:42]: ",
+		"wechat:boss is not on a built-in channel", "Let's try again."} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if data, _ := os.ReadFile(path); !strings.Contains(string(data), "access:\n  owners:\n    - telegram:42\n") {
+		t.Errorf("config:\n%s", data)
+	}
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"declined", []string{"--owner", "none", "--telegram-allow", "42"}, "Wrote"},
+		{"no user id", []string{"--telegram-allow", "@ann"}, "No owner: the bot's shared files"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f.toolCall()
+			d := t.TempDir()
+			p := filepath.Join(d, "config.yaml")
+			out, err := run(t, "", append([]string{"--yes", "--config", p, "--data-dir", filepath.Join(d, "data"), "--base-url", f.modelURL, "--api-key", goodKey,
+				"--telegram-token", botToken, "--telegram-api-endpoint", f.telegram}, tc.args...)...)
+			if err != nil || !strings.Contains(out, tc.want) {
+				t.Fatalf("init = %v, want output with %q\n%s", err, tc.want, out)
+			}
+			if data, _ := os.ReadFile(p); strings.Contains(string(data), "owners") {
+				t.Errorf("an owner was written:\n%s", data)
+			}
+		})
+	}
+	f.toolCall()
+	d := t.TempDir()
+	_, err = run(t, "", "--yes", "--config", filepath.Join(d, "config.yaml"), "--base-url", f.modelURL, "--api-key", goodKey, "--owner", "wechat:boss")
+	if err == nil || !strings.Contains(err.Error(), "--owner") || !strings.Contains(err.Error(), "nothing written") {
+		t.Fatalf("init --owner wechat:boss = %v", err)
+	}
+	if entries, _ := os.ReadDir(d); len(entries) != 0 {
+		t.Fatalf("written after a bad owner: %v", entries)
+	}
+}

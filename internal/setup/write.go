@@ -19,6 +19,11 @@ type file struct {
 	LLM      fileLLM       `yaml:"llm"`
 	Agent    *fileAgent    `yaml:"agent,omitempty"`
 	Channels *fileChannels `yaml:"channels,omitempty"`
+	Access   *fileAccess   `yaml:"access,omitempty"`
+}
+
+type fileAccess struct {
+	Owners []string `yaml:"owners"`
 }
 
 type fileLLM struct {
@@ -70,6 +75,9 @@ func render(a *answers) ([]byte, error) {
 	}
 	if a.useSlack {
 		f.Channels.Slack = &fileSlack{BotToken: a.secretValue(a.slackBot), AppToken: a.secretValue(a.slackApp), APIURL: a.slackAPI, AllowUsers: orEmpty(splitList(a.slackAllow))}
+	}
+	if a.owner != "" && a.owner != noOwner {
+		f.Access = &fileAccess{Owners: []string{a.owner}}
 	}
 	var b bytes.Buffer
 	b.WriteString("# Written by `switchboard init`: only the keys chosen; every other key keeps its\n" +

@@ -59,11 +59,12 @@ const (
 	// UserName is the per-user profile that overrides the workspace's.
 	UserName = workspace.UserFile
 	// Dir is the folder holding daily notes and the per-user and per-chat
-	// folders.
-	Dir = "memory"
+	// folders (the workspace names it: its shared part is one of the
+	// shared prompt inputs, workspace.SharedInput).
+	Dir = workspace.MemoryDir
 	// UsersDir and ChatsDir hold the per-user and per-chat folders.
-	UsersDir = Dir + "/users"
-	ChatsDir = Dir + "/chats"
+	UsersDir = workspace.UsersMemoryDir
+	ChatsDir = workspace.ChatsMemoryDir
 	// DayLayout is the name (without ".md") of a daily notes file.
 	DayLayout = "2006-01-02"
 )

@@ -21,7 +21,11 @@
 // the session covered by empty read-only folders, with the session's own
 // folders bound back read-write. Folders above a covered one are mount
 // points, so a command cannot rename them to move a covered folder out
-// from under its cover. The scrubbed environment is bwrap's own too, so
+// from under its cover. For a session that is not an owner's
+// ([tools.Session.Owner]) the shared prompt inputs (workspace.SharedFiles,
+// workspace.SharedDirs) are bound read-only. Commands have a network
+// namespace of their own (nothing outside, none of the daemon's listeners
+// on the host's loopback) unless tools.bash.network is set. The scrubbed environment is bwrap's own too, so
 // the sandbox's PID 1 holds nothing else. sandbox: none runs commands
 // unconfined and logs a warning.
 //
@@ -127,7 +131,7 @@ func New(ws *workspace.Workspace, cfg tools.BashConfig, opts Options) (*Shell, e
 		if err != nil {
 			return nil, errors.New(errNoBwrap)
 		}
-		if s.sandbox, err = newSandbox(bw, s.dir, ws.Root(), opts.Hidden, opts.Private); err != nil {
+		if s.sandbox, err = newSandbox(bw, s.dir, ws.Root(), opts.Hidden, opts.Private, cfg.Network); err != nil {
 			return nil, err
 		}
 		if err := s.probe(); err != nil {
@@ -145,7 +149,8 @@ func New(ws *workspace.Workspace, cfg tools.BashConfig, opts Options) (*Shell, e
 // create namespaces here stops the daemon at start with its reason rather
 // than failing every command.
 func (s *Shell) probe() error {
-	args, err := s.sandbox.args(tools.Session{})
+	// As an owner: nothing of the workspace is created for the probe.
+	args, err := s.sandbox.args(tools.Session{Owner: true})
 	if err != nil {
 		return err
 	}
@@ -231,7 +236,11 @@ func (s *Shell) description() string {
 	}
 	d += "No input can be typed into commands. Only some users may run commands."
 	if s.sandbox != nil {
-		d += " Commands run in a sandbox: only the workspace is visible and writable (other users' private folders are not), and files outside it are not visible."
+		d += " Commands run in a sandbox: only the workspace is visible and writable (other users' private folders are not, and the shared files " +
+			"AGENT.md, USER.md, RULE.md, MEMORY.md, HEARTBEAT.md, skills/ and the shared notes in memory/ are read-only except for an owner), and files outside it are not visible."
+		if !c.Network {
+			d += " There is no network."
+		}
 	}
 	return d
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/switchboard-chat/switchboard/tools"
+	"github.com/switchboard-chat/switchboard/workspace"
 )
 
 // Sandbox modes (tools.bash.sandbox).
@@ -53,7 +54,8 @@ func CheckSandbox(cfg tools.BashConfig, lookPath func(string) (string, error)) (
 }
 
 const noneWarning = "tools.bash.sandbox is none: commands run unconfined as the daemon's user and can read every user's private memory, " +
-	"every chat's inbox and data_dir (history.db, credentials); use sandbox: bwrap (the default) unless every allowed user is trusted with all of it"
+	"every chat's inbox and data_dir (history.db, credentials), change the shared prompt files (AGENT.md, skills/...) and reach the network; " +
+	"use sandbox: bwrap (the default) unless every allowed user is trusted with all of it"
 
 // sandbox is the bubblewrap confinement of commands.
 type sandbox struct {
@@ -76,8 +78,10 @@ var etcFiles = []string{
 }
 
 // newSandbox builds the bubblewrap confinement of workspace dir. hidden
-// are host folders (data_dir) a command must never see.
-func newSandbox(bwrap, dir string, root *os.Root, hidden []string, private Private) (*sandbox, error) {
+// are host folders (data_dir) a command must never see; network keeps the
+// host's network (tools.bash.network), else commands get a network
+// namespace of their own with nothing but a loopback of their own.
+func newSandbox(bwrap, dir string, root *os.Root, hidden []string, private Private, network bool) (*sandbox, error) {
 	realDir, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return nil, fmt.Errorf("bash: workspace: %w", err)
@@ -105,10 +109,15 @@ func newSandbox(bwrap, dir string, root *os.Root, hidden []string, private Priva
 	args := []string{bwrap,
 		"--die-with-parent", // the sandbox ends with the daemon
 		"--new-session",     // no terminal to inject input into
-		"--unshare-all",     // own PID (a fresh /proc), mount, IPC, UTS, cgroup and user namespaces...
-		"--share-net",       // ...but the host's network: commands fetch and install things
+		"--unshare-all"}     // own PID (a fresh /proc), mount, IPC, UTS, cgroup, user and network namespaces
+	if network {
+		// The host's network: commands fetch and install things, and can
+		// reach what listens on the host's loopback.
+		args = append(args, "--share-net")
+	}
+	args = append(args,
 		"--cap-drop", "ALL", // no capability, even as root: no ptrace, no mount, no reading others' files
-		"--ro-bind", "/usr", "/usr"}
+		"--ro-bind", "/usr", "/usr")
 	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
 		fi, err := os.Lstat(d)
 		switch {
@@ -147,14 +156,19 @@ type mountOp struct {
 }
 
 const (
-	opAnchor = iota // bind a folder onto itself: it cannot be renamed away from under a hidden one
-	opHide          // an empty read-only tmpfs over the folder
-	opAllow         // bind the real folder back inside a hidden one
+	opAnchor   = iota // bind a folder onto itself: it cannot be renamed away from under a hidden one
+	opHide            // an empty read-only tmpfs over the folder
+	opAllow           // bind the real folder back inside a hidden one
+	opReadOnly        // bind the real file or folder onto itself read-only
 )
 
 // args returns the bwrap command line for a command of sess, up to and
 // including "--". It creates the folders it mounts (hidden and allowed
-// ones), so a command cannot create them in the open first.
+// ones), so a command cannot create them in the open first. For a session
+// that is not an owner ([tools.Session.Owner]) the shared prompt inputs
+// (workspace.SharedFiles and SharedDirs) are bound read-only, the
+// session's own memory folders inside memory/ read-write again; a shared
+// file that is missing is created empty first, for the same reason.
 func (sb *sandbox) args(sess tools.Session) ([]string, error) {
 	hide := slices.Clone(sb.hidden)
 	var allow []string
@@ -164,6 +178,11 @@ func (sb *sandbox) args(sess tools.Session) ([]string, error) {
 		allow = append(allow, a...)
 	}
 	ops := map[string]int{}
+	if !sess.Owner {
+		if err := sb.readOnly(ops); err != nil {
+			return nil, err
+		}
+	}
 	for _, h := range hide {
 		if !validRel(h) {
 			return nil, fmt.Errorf("bash: sandbox: bad private folder %q", h)
@@ -220,18 +239,47 @@ func (sb *sandbox) args(sess tools.Session) ([]string, error) {
 		case opHide:
 			out = append(out, "--tmpfs", dest)
 			ro = append(ro, dest)
-		case opAnchor, opAllow:
+		case opAnchor, opAllow, opReadOnly:
 			src, err := sb.source(op.rel)
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, "--bind", src, dest)
+			bind := "--bind"
+			if op.kind == opReadOnly {
+				bind = "--ro-bind"
+			}
+			out = append(out, bind, src, dest)
 		}
 	}
 	for _, d := range ro {
 		out = append(out, "--remount-ro", d)
 	}
 	return append(out, "--"), nil
+}
+
+// readOnly adds the shared prompt inputs to ops as read-only binds,
+// creating those that are missing (an empty file, a folder).
+func (sb *sandbox) readOnly(ops map[string]int) error {
+	for _, f := range workspace.SharedFiles {
+		fl, err := sb.root.OpenFile(f, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		switch {
+		case err == nil:
+			err = fl.Close()
+		case errors.Is(err, fs.ErrExist):
+			err = nil
+		}
+		if err != nil {
+			return fmt.Errorf("bash: sandbox: create %s: %w", f, err)
+		}
+		ops[f] = opReadOnly
+	}
+	for _, d := range workspace.SharedDirs {
+		if err := sb.root.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("bash: sandbox: create %s: %w", d, err)
+		}
+		ops[d] = opReadOnly
+	}
+	return nil
 }
 
 // source is the real folder on the host to bind at rel: it must lie in the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -448,5 +449,106 @@ func writeFile(t *testing.T, p, content string) {
 	}
 	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSandboxSharedInputsReadOnly: Bob, who is not an owner, cannot change
+// the shared prompt inputs from bash — writing, appending, replacing,
+// removing or renaming AGENT.md and the other prompt files, creating the
+// missing HEARTBEAT.md, changing skills/ or the shared daily notes, or
+// going through a symbolic link or a hard link — while his own memory
+// folder, his inbox and the rest of the workspace stay writable. An owner
+// changes them.
+func TestSandboxSharedInputsReadOnly(t *testing.T) {
+	needBwrap(t)
+	dir := t.TempDir()
+	files := map[string]string{
+		"skills/deploy/SKILL.md": "SKILL",
+		"memory/2025-01-01.md":   "SHARED-DAILY",
+		"pub/readme.txt":         "PUBLIC",
+	}
+	for rel, content := range files {
+		writeFile(t, filepath.Join(dir, rel), content)
+	}
+	e := newEnvAt(t, dir, tools.BashConfig{}, Options{Private: testPrivate})
+	before := map[string]string{}
+	for _, rel := range append([]string{"AGENT.md", "USER.md", "RULE.md", "MEMORY.md"}, "skills/deploy/SKILL.md", "memory/2025-01-01.md") {
+		b, err := os.ReadFile(filepath.Join(dir, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[rel] = string(b)
+	}
+	attack := `for f in AGENT.md USER.md RULE.md MEMORY.md HEARTBEAT.md skills/deploy/SKILL.md memory/2025-01-01.md; do echo EVIL > $f; echo EVIL >> $f; done; ` +
+		`mv AGENT.md pub/a.md; rm -f RULE.md; mv pub/readme.txt USER.md; mkdir skills/evil; echo EVIL > memory/2025-01-02.md; ` +
+		`ln -s ../AGENT.md pub/link.md; echo EVIL >> pub/link.md; ln AGENT.md pub/hard.md; mv skills sk2; mv memory m2; ` +
+		`echo mine > memory/users/console/bob/MEMORY.md && echo mine > pub/bob.txt && echo mine > inbox/console/b/x.txt && echo own-ok; ` +
+		`cat AGENT.md | head -1; true`
+	r := e.run(t, bob, cmdArgs(attack, ""))
+	if !strings.Contains(r.Text, "own-ok") || !strings.Contains(r.Text, "# Agent") || !strings.Contains(r.Text, "Read-only file system") {
+		t.Errorf("bob's command:\n%s", r.Text)
+	}
+	for rel, want := range before {
+		if b, err := os.ReadFile(filepath.Join(dir, rel)); err != nil || string(b) != want {
+			t.Errorf("%s = %q, %v; want it unchanged", rel, b, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "HEARTBEAT.md")); err != nil || len(b) != 0 {
+		t.Errorf("HEARTBEAT.md = %q, %v; want the empty file the sandbox made before mounting it", b, err)
+	}
+	for _, gone := range []string{"pub/a.md", "skills/evil", "memory/2025-01-02.md", "pub/hard.md", "sk2", "m2"} {
+		if _, err := os.Lstat(filepath.Join(dir, gone)); err == nil {
+			t.Errorf("%s exists on the host", gone)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "pub/readme.txt")); string(b) != "PUBLIC" {
+		t.Errorf("pub/readme.txt = %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "memory/users/console/bob/MEMORY.md")); string(b) != "mine\n" {
+		t.Errorf("bob's own memory = %q", b)
+	}
+	// A group member's in-group folder is his too.
+	r = e.run(t, bobInGroup, cmdArgs(`echo mine > memory/chats/console/g/users/bob/MEMORY.md && echo group-ok; echo EVIL > MEMORY.md; true`, ""))
+	if !strings.Contains(r.Text, "group-ok") {
+		t.Errorf("bob in the group:\n%s", r.Text)
+	}
+	owner := bob
+	owner.Owner = true
+	r = e.run(t, owner, cmdArgs(`echo "# owner's" > AGENT.md && mkdir -p skills/new && echo ok`, ""))
+	if b, _ := os.ReadFile(filepath.Join(dir, "AGENT.md")); string(b) != "# owner's\n" || !strings.Contains(r.Text, "ok") {
+		t.Errorf("the owner's write: AGENT.md = %q\n%s", b, r.Text)
+	}
+}
+
+// TestSandboxNoNetwork: a sandboxed command has a network of its own, so
+// it cannot reach what listens on the host's loopback (the daemon's bus,
+// its APIs); with tools.bash.network it can.
+func TestSandboxNoNetwork(t *testing.T) {
+	needBwrap(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("HELLO-FROM-HOST\n"))
+			_ = c.Close()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	probe := `exec 3<>/dev/tcp/127.0.0.1/` + port + ` && head -1 <&3 || echo unreachable`
+	for _, tc := range []struct {
+		network bool
+		want    string
+	}{{false, "unreachable"}, {true, "HELLO-FROM-HOST"}} {
+		e := newEnvAt(t, t.TempDir(), tools.BashConfig{Network: tc.network}, Options{})
+		if r := e.run(t, alice, cmdArgs(probe, "")); !strings.Contains(r.Text, tc.want) || (!tc.network && strings.Contains(r.Text, "HELLO")) {
+			t.Errorf("network %t: %q, want %q", tc.network, r.Text, tc.want)
+		}
 	}
 }

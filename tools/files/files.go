@@ -9,6 +9,11 @@
 // symbolic links, so a link cannot lead into another user's private
 // memory or another chat's inbox; hard-linked files are never read or
 // written; listings and searches leave out what the session may not see.
+// write_file and edit_file change the agent's shared prompt inputs
+// (workspace.SharedInput: AGENT.md, USER.md, RULE.md, MEMORY.md,
+// HEARTBEAT.md, skills/, the shared memory) only for an owner
+// ([tools.SharedWrites]); anyone else is refused with the reason and
+// where to write instead.
 // The tools are safe for concurrent use; only the read-only ones report
 // ParallelSafe, since writes to one file must not interleave.
 package files
@@ -65,8 +70,12 @@ func newGuarded(ws *workspace.Workspace, opts []Option) guarded {
 	return g
 }
 
-// fs returns the workspace guard for the session.
-func (g guarded) fs(s tools.Session) workspace.Guard { return g.ws.Guard(g.guard.For(s)) }
+// fs returns the workspace guard for the session: the path guard, and
+// the write policy that keeps the shared prompt inputs the owners'
+// ([tools.SharedWrites]).
+func (g guarded) fs(s tools.Session) workspace.Guard {
+	return g.ws.Guard(g.guard.For(s)).Writes(tools.SharedWrites(s))
+}
 
 // New returns the file tools bound to ws, in the order read_file,
 // write_file, edit_file, list_dir. ws must stay open while they are used.

@@ -267,8 +267,13 @@ func TestWriteFile(t *testing.T) {
 	e.fails(t, "write_file", map[string]any{"path": ".", "content": "x"}, "must name a file")
 	e.write(t, "file", "x")
 	e.fails(t, "write_file", map[string]any{"path": "file/child.txt", "content": "x"}, "file/child.txt")
-	// The prompt files are writable by the agent.
-	e.ok(t, "write_file", map[string]any{"path": "USER.md", "content": "# User\nName: Ann\n"})
+	// The prompt files are writable for an owner (TestAttackSharedInputs:
+	// for nobody else).
+	owner := tools.Session{Key: "console/c", Speaker: bus.Speaker{Channel: "console", ChatID: "c", UserID: "op"}, Owner: true}
+	if res := e.reg.Run(t.Context(), "write_file", tools.Call{ID: "c1", Session: owner,
+		Args: json.RawMessage(`{"path":"USER.md","content":"# User\nName: Ann\n"}`)}); res.IsError {
+		t.Fatalf("the owner's write_file USER.md = %q", res.Text)
+	}
 	pf, err := e.ws.PromptFiles()
 	if err != nil || pf[1].Name != "USER.md" || !strings.Contains(pf[1].Content, "Ann") {
 		t.Errorf("USER.md edit not visible to PromptFiles: %+v, %v", pf, err)

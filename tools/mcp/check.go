@@ -52,7 +52,7 @@ func (m *Manager) checkOne(ctx context.Context, name string, sc ServerConfig) he
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	ended := make(chan error, 1)
-	go func() { ended <- m.session(sctx, m.log, name, sc) }()
+	go func() { ended <- m.session(sctx, m.serverLog(name), name, sc) }()
 	for {
 		changed := m.Changed()
 		if st := m.statusOf(name); st.Ready {

@@ -83,7 +83,7 @@ func (c Config) Validate() error {
 		case s.URL != "":
 			u, err := url.Parse(s.URL)
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				bad("url", "must be an http(s) URL, got %q", s.URL)
+				bad("url", "must be an http(s) URL, got %q", RedactURL(s.URL))
 			}
 			if len(s.Args) > 0 || len(s.Env) > 0 {
 				bad("", "args and env apply to command servers only")

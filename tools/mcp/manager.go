@@ -19,6 +19,13 @@
 // breakers count it; image content is passed through as images. The tool
 // list is cached and fetched again when the server sends
 // notifications/tools/list_changed.
+//
+// A server's secrets (its env and header values, its URL's userinfo and
+// query values) appear in nothing the package reports or logs: displays of
+// the configuration use [Config.Redacted], and the server's errors (its
+// status, GET /mcp, `switchboard check`, a tool call's error) and log
+// lines (the SDK's and a stdio server's stderr included) have them
+// replaced by "(redacted)".
 package mcp
 
 import (
@@ -74,6 +81,7 @@ type Manager struct {
 	backoff time.Duration // first retry wait (tests shorten it)
 
 	snapshot atomic.Pointer[[]tools.Tool]
+	red      map[string]redactor // each server's secrets, hidden in its errors and log lines
 
 	mu      sync.Mutex // guards the fields below
 	status  map[string]*ServerStatus
@@ -95,9 +103,10 @@ func New(cfg Config, version string, log *slog.Logger) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, log: log, impl: &sdk.Implementation{Name: "switchboard", Version: version},
 		environ: os.Environ, backoff: minBackoff, status: map[string]*ServerStatus{}, perSrv: map[string][]tools.Tool{},
-		changed: make(chan struct{})}
+		red: map[string]redactor{}, changed: make(chan struct{})}
 	for name, s := range cfg.Servers {
 		m.status[name] = &ServerStatus{Name: name, Disabled: s.Disabled}
+		m.red[name] = newRedactor(s)
 	}
 	empty := []tools.Tool{}
 	m.snapshot.Store(&empty)
@@ -129,6 +138,8 @@ func (m *Manager) Status() []ServerStatus {
 
 // ServeHTTP answers with [Manager.Status] as a JSON array: the daemon
 // mounts it at GET /mcp on the admin listener, for `switchboard doctor`.
+// Errors carry no secret of the server's configuration (env and header
+// values, URL userinfo and query values are "(redacted)").
 func (m *Manager) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	st := m.Status()
 	if st == nil {
@@ -181,9 +192,15 @@ func (m *Manager) Run(ctx context.Context) error {
 	return nil
 }
 
+// serverLog is the log of one server: its secrets are hidden in every
+// line, the SDK's and its stderr included.
+func (m *Manager) serverLog(name string) *slog.Logger {
+	return m.red[name].logger(m.log).With("server", name)
+}
+
 // serve keeps one server connected.
 func (m *Manager) serve(ctx context.Context, name string, sc ServerConfig) {
-	log := m.log.With("server", name)
+	log := m.serverLog(name)
 	// The schedule is not reset when a session ends after a while: a
 	// server that keeps dropping is tried less and less often.
 	_ = retry.Do(ctx, retry.Policy{
@@ -203,8 +220,13 @@ func (m *Manager) serve(ctx context.Context, name string, sc ServerConfig) {
 }
 
 // session connects once and serves the session until it ends (the error
-// says why) or ctx is cancelled (nil).
+// says why, with the server's secrets hidden) or ctx is cancelled (nil).
 func (m *Manager) session(ctx context.Context, log *slog.Logger, name string, sc ServerConfig) error {
+	return m.red[name].err(m.connect(ctx, log, name, sc))
+}
+
+// connect is session's work.
+func (m *Manager) connect(ctx context.Context, log *slog.Logger, name string, sc ServerConfig) error {
 	refresh := make(chan struct{}, 1)
 	client := sdk.NewClient(m.impl, &sdk.ClientOptions{
 		Logger:       log,
@@ -275,7 +297,7 @@ func (m *Manager) listTools(ctx context.Context, log *slog.Logger, name string, 
 		if err != nil {
 			return fmt.Errorf("list tools: %w", err)
 		}
-		rt, err := newRemoteTool(name, t, cs, timeout)
+		rt, err := newRemoteTool(name, t, cs, timeout, m.red[name])
 		if err != nil {
 			log.Warn("mcp tool skipped", "err", err)
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,8 +23,15 @@ import (
 // helperEnv makes the test binary run the test MCP server over stdio.
 const helperEnv = "SWITCHBOARD_MCP_TEST_SERVER"
 
+// stderrEnv names a variable the test server prints to its stderr at
+// start, as a chatty server prints its configuration.
+const stderrEnv = "SWITCHBOARD_MCP_TEST_STDERR"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
+		if name := os.Getenv(stderrEnv); name != "" {
+			fmt.Fprintf(os.Stderr, "test server starting with token=%s\n", os.Getenv(name))
+		}
 		if err := mcptest.Server().Run(context.Background(), &sdk.StdioTransport{}); err != nil && !errors.Is(err, context.Canceled) {
 			os.Exit(3)
 		}

@@ -54,11 +54,12 @@ type remoteTool struct {
 	par     bool
 	timeout time.Duration
 	session *sdk.ClientSession
+	red     redactor // the server's secrets, hidden in call errors
 }
 
 // newRemoteTool adapts t of server; it fails for a tool whose input schema
 // is not a JSON object schema.
-func newRemoteTool(server string, t *sdk.Tool, cs *sdk.ClientSession, timeout time.Duration) (*remoteTool, error) {
+func newRemoteTool(server string, t *sdk.Tool, cs *sdk.ClientSession, timeout time.Duration, red redactor) (*remoteTool, error) {
 	schema, err := objectSchema(t.InputSchema)
 	if err != nil {
 		return nil, fmt.Errorf("tool %q: %w", t.Name, err)
@@ -72,7 +73,7 @@ func newRemoteTool(server string, t *sdk.Tool, cs *sdk.ClientSession, timeout ti
 	}
 	desc = fmt.Sprintf("[MCP server %s] %s", server, desc)
 	rt := &remoteTool{name: ToolName(server, t.Name), server: server, remote: t.Name, desc: desc, schema: schema,
-		perm: tools.PermExec, timeout: timeout, session: cs}
+		perm: tools.PermExec, timeout: timeout, session: cs, red: red}
 	if a := t.Annotations; a != nil && a.ReadOnlyHint {
 		rt.perm, rt.par = tools.PermRead, true
 	}
@@ -128,7 +129,7 @@ func (t *remoteTool) Run(ctx context.Context, call tools.Call) (tools.Result, er
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return tools.Result{}, fmt.Errorf("MCP server %s: %s timed out after %s", t.server, t.remote, t.timeout)
 		}
-		return tools.Result{}, fmt.Errorf("MCP server %s: %s: %w", t.server, t.remote, err)
+		return tools.Result{}, fmt.Errorf("MCP server %s: %s: %w", t.server, t.remote, t.red.err(err))
 	}
 	out := convert(res)
 	out.IsError = res.IsError

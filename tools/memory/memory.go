@@ -5,7 +5,10 @@
 // user, group or not), never from a path the model chose: memory_write
 // appends to the user's memory in a private chat and, in a group chat, to
 // the speaker's own notes made in that group (scope "me", the default) or
-// the group's notes (scope "group"); see [notes.Notes.WriteFolder].
+// the group's notes (scope "group"); see [notes.Notes.WriteFolder]. With
+// memory.scope shared the notes go to the shared memory, which only an
+// owner ([tools.Session.Owner]) may write: anyone else is refused with
+// [tools.ErrDenied] and told why.
 // memory_search and memory_get see only the roots the caller may read
 // ([notes.Notes.Readable]): in a group never a member's direct-chat
 // memory (the speaker's included) nor another member's in-group notes.

@@ -76,6 +76,9 @@ func (t *writeTool) Run(ctx context.Context, call tools.Call) (tools.Result, err
 	default:
 		return tools.Result{}, fmt.Errorf("%w: scope must be \"me\" or \"group\", got %q", tools.ErrBadArgs, a.Scope)
 	}
+	if err := t.mayWrite(call.Session, sc); err != nil {
+		return tools.Result{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return tools.Result{}, err
 	}
@@ -99,4 +102,18 @@ func (t *writeTool) Run(ctx context.Context, call tools.Call) (tools.Result, err
 		where += " about the person speaking in this group, seen only in their messages here"
 	}
 	return tools.Result{Text: fmt.Sprintf("Saved to %s: %s", where, rel)}, nil
+}
+
+// mayWrite refuses a write to the shared memory (memory.scope shared:
+// MEMORY.md and memory/*.md, which every conversation sees) for a speaker
+// who is not an owner: the shared memory is one of the agent's shared
+// prompt inputs (tools.SharedWrites).
+func (t *writeTool) mayWrite(s tools.Session, sc notes.Scope) error {
+	f, err := t.notes.WriteFolder(sc)
+	if err != nil || f.Kind != notes.FolderShared || s.Owner {
+		return nil // an incomplete scope is reported by the write
+	}
+	return fmt.Errorf("%w: memory.scope is shared, so this note would go to the shared memory (MEMORY.md, memory/), "+
+		"which shapes every user's conversations; only an owner (access.owners) or the operator's console may write it. "+
+		"Tell the user it was not saved; an operator who wants per-person memory sets memory.scope: user", tools.ErrDenied)
 }

@@ -21,7 +21,15 @@
 // once when it starts (late), not once per missed time.
 //
 // Tasks are stored in their own bucket of the tools database ([New]); each
-// user (channel + user id) may have at most tools.schedule.max_per_user.
+// user (channel + user id) may have at most tools.schedule.max_per_user,
+// and all the users of a channel together tools.schedule.max_per_channel
+// (a bridge chooses its user ids, so only the second bounds a bridge).
+//
+// Runs are paced per channel ([WithPace]): the daemon paces each bridge's
+// channels to the bridge's bus.bridges.<name>.max_msgs_per_sec, the rate
+// its own messages are let in at, so scheduled runs are not a way around
+// it. A run over its channel's rate is deferred (published late, oldest
+// due time first), never dropped; other channels are not held up.
 //
 // Several instances (memory.store jetstream, [NewShared]): the tasks live
 // in a key-value bucket every instance sees ([SharedStore]: the daemon's
@@ -205,6 +213,7 @@ type Scheduler struct {
 	pub    tools.Publisher
 	subj   bus.Subjects
 	cfg    tools.ScheduleConfig
+	pace   *Pace // nil: no channel is paced
 	loc    *time.Location
 	log    *slog.Logger
 	now    func() time.Time
@@ -225,11 +234,18 @@ type Scheduler struct {
 // changes of it that the watch shows afterwards are ignored.
 const tombstone = ^uint64(0)
 
+// Option configures a Scheduler.
+type Option func(*Scheduler)
+
+// WithPace paces the runs of p's channels (shared by the schedulers given
+// the same p).
+func WithPace(p *Pace) Option { return func(s *Scheduler) { s.pace = p } }
+
 // New loads the tasks stored in db (creating the bucket) and returns the
 // scheduler; runs are published through pub on subj's inbound subjects.
 // db stays the caller's to close, after Run returned. A nil log discards.
-func New(db *bolt.DB, pub tools.Publisher, subj bus.Subjects, cfg tools.ScheduleConfig, log *slog.Logger) (*Scheduler, error) {
-	s, err := build(boltStore{db}, pub, subj, cfg, log)
+func New(db *bolt.DB, pub tools.Publisher, subj bus.Subjects, cfg tools.ScheduleConfig, log *slog.Logger, opts ...Option) (*Scheduler, error) {
+	s, err := build(boltStore{db}, pub, subj, cfg, log, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -249,11 +265,11 @@ func New(db *bolt.DB, pub tools.Publisher, subj bus.Subjects, cfg tools.Schedule
 // NewShared returns the scheduler of one of several instances: the tasks
 // are sh.Store's (loaded and followed by Run) and Run fires them only
 // while holding sh.Lease. Until Run has read the store, the tool waits.
-func NewShared(sh Shared, pub tools.Publisher, subj bus.Subjects, cfg tools.ScheduleConfig, log *slog.Logger) (*Scheduler, error) {
+func NewShared(sh Shared, pub tools.Publisher, subj bus.Subjects, cfg tools.ScheduleConfig, log *slog.Logger, opts ...Option) (*Scheduler, error) {
 	if sh.Store == nil || sh.Lease == nil {
 		return nil, errors.New("schedule: a shared scheduler needs its store and its lease")
 	}
-	s, err := build(sh.Store, pub, subj, cfg, log)
+	s, err := build(sh.Store, pub, subj, cfg, log, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -261,13 +277,16 @@ func NewShared(sh Shared, pub tools.Publisher, subj bus.Subjects, cfg tools.Sche
 	return s, nil
 }
 
-func build(st Store, pub tools.Publisher, subj bus.Subjects, cfg tools.ScheduleConfig, log *slog.Logger) (*Scheduler, error) {
+func build(st Store, pub tools.Publisher, subj bus.Subjects, cfg tools.ScheduleConfig, log *slog.Logger, opts []Option) (*Scheduler, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	def := tools.DefaultConfig().Schedule
 	if cfg.MaxPerUser <= 0 {
 		cfg.MaxPerUser = def.MaxPerUser
+	}
+	if cfg.MaxPerChannel <= 0 {
+		cfg.MaxPerChannel = def.MaxPerChannel
 	}
 	if cfg.MinInterval <= 0 {
 		cfg.MinInterval = def.MinInterval
@@ -280,9 +299,13 @@ func build(st Store, pub tools.Publisher, subj bus.Subjects, cfg tools.ScheduleC
 		}
 		loc = l
 	}
-	return &Scheduler{store: st, loaded: make(chan struct{}), pub: pub, subj: subj, cfg: cfg, loc: loc, log: log, now: time.Now,
+	s := &Scheduler{store: st, loaded: make(chan struct{}), pub: pub, subj: subj, cfg: cfg, loc: loc, log: log, now: time.Now,
 		wake: make(chan struct{}, 1), tasks: make(map[string]*Task), retry: make(map[string]time.Time), fails: make(map[string]int),
-		revs: make(map[string]uint64)}, nil
+		revs: make(map[string]uint64)}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
 }
 
 // decode reads a stored task; an unreadable one, or one with an invalid
@@ -403,8 +426,9 @@ func (s *Scheduler) poke() {
 	}
 }
 
-// fireDue publishes every due run and returns the earliest time something
-// is due next (zero for nothing).
+// fireDue publishes every due run its channel's pace allows and returns
+// the earliest time something is due next, or may be published (a run
+// deferred by the pace); zero for nothing.
 func (s *Scheduler) fireDue(ctx context.Context) time.Time {
 	now := s.now()
 	var due []Task
@@ -416,19 +440,35 @@ func (s *Scheduler) fireDue(ctx context.Context) time.Time {
 	}
 	s.mu.Unlock()
 	slices.SortFunc(due, func(a, b Task) int { return a.Next.Compare(b.Next) })
+	var next time.Time
+	deferred := map[string]bool{} // channels whose pace is spent for now
 	for i := range due {
 		if ctx.Err() != nil {
 			break
 		}
-		s.fire(ctx, &due[i], now)
+		t := &due[i]
+		if deferred[t.Channel] {
+			continue
+		}
+		if ok, at := s.pace.take(t.Channel, s.now()); !ok {
+			deferred[t.Channel] = true
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
+			s.log.Debug("schedule: run deferred by its channel's pace", "task", t.ID, "channel", t.Channel, "due", t.Next, "until", at)
+			continue
+		}
+		s.fire(ctx, t, now)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var next time.Time
 	for _, t := range s.tasks {
 		at := t.Next
 		if r := s.retry[t.ID]; r.After(at) {
 			at = r
+		}
+		if deferred[t.Channel] && !at.After(now) {
+			continue // due, waiting for its channel's pace: next holds when
 		}
 		if !at.IsZero() && (next.IsZero() || at.Before(next)) {
 			next = at
@@ -578,6 +618,10 @@ func (s *Scheduler) add(ctx context.Context, t *Task) error {
 	if n >= s.cfg.MaxPerUser {
 		return fmt.Errorf("%w: you already have %d scheduled tasks, the most allowed (tools.schedule.max_per_user); delete one first", tools.ErrDenied, n)
 	}
+	if n := s.onChannel(t.Channel); n >= s.cfg.MaxPerChannel {
+		return fmt.Errorf("%w: the users of channel %s already have %d scheduled tasks together, the most allowed for one channel "+
+			"(tools.schedule.max_per_channel); no task can be created there until some have run or been deleted", tools.ErrDenied, t.Channel, n)
+	}
 	data, err := json.Marshal(t)
 	if err != nil {
 		return err
@@ -590,6 +634,17 @@ func (s *Scheduler) add(ctx context.Context, t *Task) error {
 	s.tasks[t.ID] = t
 	s.poke()
 	return nil
+}
+
+// onChannel counts the tasks of channel; s.mu is held.
+func (s *Scheduler) onChannel(channel string) int {
+	n := 0
+	for _, o := range s.tasks {
+		if o.Channel == channel {
+			n++
+		}
+	}
+	return n
 }
 
 // remove deletes a task of owner; it reports false when there is none.

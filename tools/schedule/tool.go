@@ -29,8 +29,8 @@ func (s *Scheduler) description() string {
 		"once (at: a time such as 2026-03-01 09:00, an RFC 3339 time, or a delay such as \"in 20m\"), repeatedly (every: 30m, 2h, 24h), " +
 		"or on a cron expression (cron: \"0 9 * * 1-5\" = 9:00 on weekdays). Write the prompt as an instruction to yourself, " +
 		"e.g. \"Remind the user to call Ann\" or \"Check the weather in Paris and report it\". " +
-		fmt.Sprintf("Times without an offset and cron expressions use the timezone argument (IANA name), else %s. At most %d tasks per user; repeats at least %s apart.",
-			s.loc, s.cfg.MaxPerUser, s.cfg.MinInterval)
+		fmt.Sprintf("Times without an offset and cron expressions use the timezone argument (IANA name), else %s. At most %d tasks per user "+
+			"and %d per channel; repeats at least %s apart.", s.loc, s.cfg.MaxPerUser, s.cfg.MaxPerChannel, s.cfg.MinInterval)
 }
 
 // scheduleToolSchema is scheduleTool's argument schema, built once (Schema hands out the

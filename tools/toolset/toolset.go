@@ -64,6 +64,9 @@ type Config struct {
 	// at a time (schedule.NewShared); nil: tools.db.
 	ScheduleStore schedule.SharedStore
 	ScheduleLease schedule.Exclusive
+	// SchedulePace paces scheduled runs per channel, shared by every
+	// agent's scheduler (nil: unpaced).
+	SchedulePace *schedule.Pace
 }
 
 // Publisher is what the tools need of the bus: a durable publish that
@@ -144,9 +147,9 @@ func assemble(cfg Config, ws *workspace.Workspace, db *bolt.DB, pub Publisher, l
 	s := &Set{db: db, CallTimeout: CallTimeout(cfg)}
 	if cfg.ScheduleStore != nil {
 		s.sched, err = schedule.NewShared(schedule.Shared{Store: cfg.ScheduleStore, Lease: cfg.ScheduleLease}, pub, subj,
-			cfg.Tools.Schedule, log.With("component", "schedule"))
+			cfg.Tools.Schedule, log.With("component", "schedule"), schedule.WithPace(cfg.SchedulePace))
 	} else {
-		s.sched, err = schedule.New(db, pub, subj, cfg.Tools.Schedule, log.With("component", "schedule"))
+		s.sched, err = schedule.New(db, pub, subj, cfg.Tools.Schedule, log.With("component", "schedule"), schedule.WithPace(cfg.SchedulePace))
 	}
 	if err != nil {
 		return nil, err

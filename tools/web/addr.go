@@ -6,14 +6,24 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"syscall"
 )
 
 // Address classes web_fetch refuses.
 var (
-	// AWS's IPv6 metadata service (fd00:ec2::254), refused like link-local
-	// addresses even with allow_private.
-	awsMeta = netip.MustParsePrefix("fd00:ec2::/32")
+	// Cloud metadata services outside the link-local ranges, refused even
+	// with allow_private (those in 169.254/16 and fe80::/10 are refused as
+	// link-local). Each is judged in every form: IPv4-mapped, NAT64, 6to4
+	// and Teredo spellings of the IPv4 ones too.
+	metadata = []netip.Prefix{
+		netip.MustParsePrefix("100.100.100.200/32"), // Alibaba Cloud (inside carrier-grade NAT)
+		netip.MustParsePrefix("192.0.0.192/32"),     // Oracle Cloud
+		netip.MustParsePrefix("168.63.129.16/32"),   // Azure's WireServer (a public address)
+		netip.MustParsePrefix("fd00:ec2::/32"),      // AWS IPv6 (fd00:ec2::254, and fd00:ec2::23 of EKS)
+		netip.MustParsePrefix("fd20:ce::254/128"),   // Google Cloud IPv6
+		netip.MustParsePrefix("fd00:42::42/128"),    // Scaleway IPv6
+	}
 	// Refused unless allow_private.
 	special = []netip.Prefix{
 		netip.MustParsePrefix("0.0.0.0/8"),       // "this network"
@@ -39,6 +49,7 @@ var (
 
 const (
 	whyLinkLocal = "link-local (where cloud metadata services live)"
+	whyMetadata  = "cloud metadata service"
 	whyCompat    = "IPv4-compatible (the deprecated ::a.b.c.d form)"
 )
 
@@ -47,14 +58,17 @@ const (
 // leads, but netip.Prefix.Contains is false for any zoned address. IPv6
 // forms that carry an IPv4 address (IPv4-mapped, SIIT, NAT64, 6to4,
 // Teredo) are judged by that address too; the deprecated IPv4-compatible
-// ::a.b.c.d form is always refused.
+// ::a.b.c.d form is always refused. Link-local and cloud metadata
+// addresses are refused whatever allowPrivate says.
 func refusal(ip netip.Addr, allowPrivate bool) string {
 	ip = ip.WithZone("").Unmap()
 	switch {
 	case !ip.IsValid(), ip.IsUnspecified():
 		return "unspecified"
-	case ip.IsLinkLocalUnicast(), awsMeta.Contains(ip):
+	case ip.IsLinkLocalUnicast():
 		return whyLinkLocal
+	case slices.ContainsFunc(metadata, func(p netip.Prefix) bool { return p.Contains(ip) }):
+		return whyMetadata
 	case ip.IsMulticast(), ip.IsLinkLocalMulticast(), ip.IsInterfaceLocalMulticast():
 		return "multicast"
 	case ip.IsLoopback():
@@ -81,10 +95,11 @@ func refusal(ip netip.Addr, allowPrivate bool) string {
 		case nat64Local.Contains(ip):
 			// The IPv4 address sits where the operator's prefix length
 			// (/48 to /96, RFC 6052) puts it: no candidate may be
-			// link-local, and the prefix is a private network anyway.
+			// link-local or a metadata service, and the prefix is a
+			// private network anyway.
 			for _, c := range [][]byte{{b[6], b[7], b[9], b[10]}, {b[7], b[9], b[10], b[11]}, b[9:13], b[12:16]} {
-				if refusal(v4(c), true) == whyLinkLocal {
-					return whyLinkLocal
+				if why := refusal(v4(c), true); why == whyLinkLocal || why == whyMetadata {
+					return why
 				}
 			}
 			if !allowPrivate {

@@ -60,7 +60,7 @@ func TestRefusal(t *testing.T) {
 		{"169.254.169.254", "link-local (where cloud metadata services live)", "link-local (where cloud metadata services live)"},
 		{"::ffff:169.254.169.254", "link-local (where cloud metadata services live)", "link-local (where cloud metadata services live)"},
 		{"fe80::1", "link-local (where cloud metadata services live)", "link-local (where cloud metadata services live)"},
-		{"fd00:ec2::254", "link-local (where cloud metadata services live)", "link-local (where cloud metadata services live)"},
+		{"fd00:ec2::254", "cloud metadata service", "cloud metadata service"},
 		{"0.0.0.0", "unspecified", "unspecified"},
 		{"::", "unspecified", "unspecified"},
 		{"224.0.0.1", "multicast", "multicast"},

@@ -14,7 +14,10 @@ import (
 	"github.com/switchboard-chat/switchboard/tools"
 )
 
-const linkLocal = "link-local (where cloud metadata services live)"
+const (
+	linkLocal       = "link-local (where cloud metadata services live)"
+	metadataService = "cloud metadata service"
+)
 
 // TestRefusalEveryForm judges every spelling of an internal address that
 // issue 13 listed, and the other IPv6 forms that embed an IPv4 address:
@@ -33,7 +36,7 @@ func TestRefusalEveryForm(t *testing.T) {
 		{"64:ff9b::a00:1%eth0", "private", ""},
 		{"::ffff:169.254.169.254%eth0", linkLocal, linkLocal},
 		{"::1%lo", "loopback", ""},
-		{"fd00:ec2::254%eth0", linkLocal, linkLocal},
+		{"fd00:ec2::254%eth0", metadataService, metadataService},
 		{"ff02::1%eth0", "multicast", "multicast"},
 		// IPv4-compatible ::a.b.c.d (deprecated, RFC 4291): always refused.
 		{"::127.0.0.1", compat, compat},
@@ -190,5 +193,82 @@ func TestRedirectToZonedLinkLocal(t *testing.T) {
 	}
 	if n := final.Load(); n != 0 {
 		t.Errorf("a refused redirect reached the server %d times", n)
+	}
+}
+
+// TestMetadataRefusedWithAllowPrivate: the cloud metadata services that
+// live outside the link-local ranges (Alibaba Cloud's 100.100.100.200 in
+// carrier-grade NAT, Oracle's 192.0.0.192, Azure's WireServer, the AWS,
+// Google and Scaleway IPv6 ones) are refused even with allow_private, in
+// every spelling: IPv4-mapped, SIIT, NAT64 (well-known and local-use, at
+// /96 and /48), 6to4, Teredo, as a URL literal, from the resolver, and in
+// the socket's last check; the neighbours of those addresses stay allowed.
+func TestMetadataRefusedWithAllowPrivate(t *testing.T) {
+	forms := []string{
+		"100.100.100.200",
+		"::ffff:100.100.100.200",
+		"::ffff:6464:64c8%eth0",
+		"::ffff:0:6464:64c8",           // SIIT
+		"64:ff9b::6464:64c8",           // NAT64
+		"64:ff9b:1::6464:64c8",         // local-use NAT64, /96
+		"64:ff9b:1:6464:64:c800::",     // local-use NAT64, /48
+		"2002:6464:64c8::1",            // 6to4
+		"2001:0:6464:64c8::1",          // Teredo server
+		"2001:0:808:808:0:0:9b9b:9b37", // Teredo client (stored inverted)
+		"192.0.0.192",
+		"::ffff:c000:c0",
+		"64:ff9b::c000:c0",
+		"168.63.129.16",
+		"2002:a83f:8110::1",
+		"fd00:ec2::254",
+		"fd00:ec2::23",
+		"fd20:ce::254",
+		"fd20:ce::254%eth0",
+		"fd00:42::42",
+	}
+	for _, f := range forms {
+		ip := netip.MustParseAddr(f)
+		for _, lax := range []bool{false, true} {
+			if got := refusal(ip, lax); got != metadataService {
+				t.Errorf("refusal(%s, allow_private=%v) = %q, want %q", f, lax, got, metadataService)
+			}
+		}
+	}
+	for _, f := range []string{"100.100.100.201", "100.64.0.1", "192.0.0.193", "fd20:ce::253", "fd00:42::43"} {
+		if got := refusal(netip.MustParseAddr(f), true); got != "" {
+			t.Errorf("refusal(%s, allow_private) = %q, want allowed (not a metadata address)", f, got)
+		}
+	}
+
+	lax := NewFetch(tools.WebFetchConfig{AllowPrivate: true})
+	for _, u := range []string{
+		"http://100.100.100.200/latest/meta-data/",
+		"http://[::ffff:100.100.100.200]/latest/meta-data/",
+		"http://[64:ff9b::100.100.100.200]/latest/meta-data/",
+		"http://[2002:6464:64c8::1]/latest/meta-data/",
+		"http://192.0.0.192/opc/v1/instance/",
+		"http://[fd20:ce::254]/computeMetadata/v1/",
+		"http://[fd00:ec2::254]/latest/meta-data/",
+	} {
+		if r := run(t, lax, urlArgs(u, "")); !r.Denied || !strings.Contains(r.Text, "cloud metadata service") {
+			t.Errorf("allow_private %s: %+v, want a refusal naming the metadata service", u, r)
+		}
+	}
+
+	resolver := func(_ context.Context, host string) ([]netip.Addr, error) {
+		if host == "metadata.example" {
+			return []netip.Addr{netip.MustParseAddr("::ffff:6464:64c8")}, nil
+		}
+		return nil, errors.New("no such host")
+	}
+	r := run(t, newFetch(tools.WebFetchConfig{AllowPrivate: true}, resolver), urlArgs("http://metadata.example/latest/meta-data/", ""))
+	if !r.Denied || !strings.Contains(r.Text, "resolves to 100.100.100.200, a cloud metadata service address") {
+		t.Errorf("a name resolving to the metadata service: %+v, want a refusal", r)
+	}
+	g := newGuard(true, nil)
+	for _, addr := range []string{"100.100.100.200:80", "[::ffff:6464:64c8]:80", "[64:ff9b::6464:64c8]:80", "[fd20:ce::254]:80"} {
+		if err := g.control("tcp", addr, nil); !errors.Is(err, errRefused) {
+			t.Errorf("control(%s) = %v, want a refusal", addr, err)
+		}
 	}
 }

@@ -49,8 +49,9 @@ import (
 	"github.com/switchboard-chat/switchboard/workspace"
 )
 
-// Dir is the skills folder inside the workspace.
-const Dir = "skills"
+// Dir is the skills folder inside the workspace, one of the shared prompt
+// inputs (workspace.SharedInput): only an owner changes it.
+const Dir = workspace.SkillsDir
 
 // FileName is the file that makes a folder a skill.
 const FileName = "SKILL.md"

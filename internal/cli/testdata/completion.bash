@@ -12,7 +12,7 @@ __switchboard_spec() {
     "chat")
         words="" flags="--config --chat --url --help" valued="config chat url" files="config" ;;
     "init")
-        words="" flags="--config --yes --force --data-dir --base-url --api-key --model --telegram-token --telegram-api-endpoint --telegram-allow --slack-bot-token --slack-app-token --slack-api-url --slack-allow --help" valued="config data-dir base-url api-key model telegram-token telegram-api-endpoint telegram-allow slack-bot-token slack-app-token slack-api-url slack-allow" files="config data-dir" ;;
+        words="" flags="--config --yes --force --data-dir --base-url --api-key --model --telegram-token --telegram-api-endpoint --telegram-allow --slack-bot-token --slack-app-token --slack-api-url --slack-allow --owner --help" valued="config data-dir base-url api-key model telegram-token telegram-api-endpoint telegram-allow slack-bot-token slack-app-token slack-api-url slack-allow owner" files="config data-dir" ;;
     "doctor"|"check")
         words="" flags="--config --json --help" valued="config" files="config" ;;
     "bus")

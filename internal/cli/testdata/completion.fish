@@ -11,7 +11,7 @@ function __switchboard_valued
         case 'chat'
             printf '%s\n' config chat url
         case 'init'
-            printf '%s\n' config data-dir base-url api-key model telegram-token telegram-api-endpoint telegram-allow slack-bot-token slack-app-token slack-api-url slack-allow
+            printf '%s\n' config data-dir base-url api-key model telegram-token telegram-api-endpoint telegram-allow slack-bot-token slack-app-token slack-api-url slack-allow owner
         case 'doctor' 'check'
             printf '%s\n' config
         case 'bus tail'
@@ -124,6 +124,7 @@ complete -c switchboard -n '__switchboard_at \'init\'' -l slack-bot-token -x
 complete -c switchboard -n '__switchboard_at \'init\'' -l slack-app-token -x
 complete -c switchboard -n '__switchboard_at \'init\'' -l slack-api-url -x
 complete -c switchboard -n '__switchboard_at \'init\'' -l slack-allow -x
+complete -c switchboard -n '__switchboard_at \'init\'' -l owner -x
 complete -c switchboard -n '__switchboard_at \'init\'' -l help
 complete -c switchboard -n '__switchboard_at \'doctor\'' -l config -r -F
 complete -c switchboard -n '__switchboard_at \'doctor\'' -l json

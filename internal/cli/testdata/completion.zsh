@@ -17,7 +17,7 @@ __switchboard_spec() {
     flags_=(--config --chat --url --help) valued_=(config chat url) files_=(config) ;;
   ("init")
     words_=()
-    flags_=(--config --yes --force --data-dir --base-url --api-key --model --telegram-token --telegram-api-endpoint --telegram-allow --slack-bot-token --slack-app-token --slack-api-url --slack-allow --help) valued_=(config data-dir base-url api-key model telegram-token telegram-api-endpoint telegram-allow slack-bot-token slack-app-token slack-api-url slack-allow) files_=(config data-dir) ;;
+    flags_=(--config --yes --force --data-dir --base-url --api-key --model --telegram-token --telegram-api-endpoint --telegram-allow --slack-bot-token --slack-app-token --slack-api-url --slack-allow --owner --help) valued_=(config data-dir base-url api-key model telegram-token telegram-api-endpoint telegram-allow slack-bot-token slack-app-token slack-api-url slack-allow owner) files_=(config data-dir) ;;
   ("doctor"|"check")
     words_=()
     flags_=(--config --json --help) valued_=(config) files_=(config) ;;
