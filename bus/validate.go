@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -153,7 +154,7 @@ func (in *Inbound) validate(maxTextBytes int) error {
 	if err := checkString("user_name", in.UserName, false, MaxRefBytes); err != nil {
 		return err
 	}
-	if err := checkChars("user_name", in.UserName, isNUL); err != nil {
+	if err := checkChars("user_name", in.UserName, noNUL); err != nil {
 		return err
 	}
 	if err := checkID("reply_to", in.ReplyTo, false, MaxIDBytes); err != nil {
@@ -166,7 +167,7 @@ func (in *Inbound) validate(maxTextBytes int) error {
 		return &FieldError{Field: "text", Rule: fmt.Sprintf("must be at most %d bytes, got %d", maxTextBytes, len(in.Text)), Err: ErrTooLarge,
 			Limit: maxTextBytes, Got: len(in.Text)}
 	}
-	if err := checkChars("text", in.Text, isNUL); err != nil {
+	if err := checkChars("text", in.Text, noNUL); err != nil {
 		return err
 	}
 	if err := checkAttachments(in.Attachments); err != nil {
@@ -199,7 +200,7 @@ func checkID(field, v string, required bool, maxBytes int) error {
 	if err := checkString(field, v, required, maxBytes); err != nil {
 		return err
 	}
-	return checkChars(field, v, isControl)
+	return checkChars(field, v, noControl)
 }
 
 // ValidID reports whether id may be an envelope id (id, chat_id,
@@ -210,34 +211,69 @@ func checkID(field, v string, required bool, maxBytes int) error {
 // subjects, file names and platform APIs, and they are printed in logs and
 // terminals, where a control character would forge output. The lengths
 // are checked separately.
-func ValidID(id string) bool { return badChar(id, isControl) == "" }
+func ValidID(id string) bool { return badChar(id, noControl) == "" }
 
-// isControl reports whether r is a C0 or C1 control character or DEL.
-func isControl(r rune) bool { return r < 0x20 || 0x7F <= r && r <= 0x9F }
+// charRule is what a string field may not hold besides invalid UTF-8
+// (checkChars).
+type charRule uint8
 
-// isNUL reports whether r is NUL, which no free text may hold: the history
-// store and the notes files refuse it.
-func isNUL(r rune) bool { return r == 0 }
+const (
+	// anyChar: valid UTF-8 is all.
+	anyChar charRule = iota
+	// noNUL: no NUL, which no free text may hold (the history store and
+	// the notes files refuse it).
+	noNUL
+	// noControl: no C0 or C1 control character and no DEL (ids).
+	noControl
+)
 
-// checkChars checks that v is valid UTF-8 and, with forbid, holds no rune
-// forbid reports; the error names the first offending rune and its byte
-// offset.
-func checkChars(field, v string, forbid func(rune) bool) error {
-	if rule := badChar(v, forbid); rule != "" {
-		return invalid(field, "%s", rule)
+// forbids reports whether the rule refuses r.
+func (c charRule) forbids(r rune) bool {
+	switch c {
+	case noNUL:
+		return r == 0
+	case noControl:
+		return r < 0x20 || 0x7F <= r && r <= 0x9F
+	}
+	return false
+}
+
+// printableASCII reports whether v holds bytes 0x20 to 0x7E only.
+func printableASCII(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if b := v[i]; b < 0x20 || b >= 0x7F {
+			return false
+		}
+	}
+	return true
+}
+
+// checkChars checks that v is valid UTF-8 and holds no rune the rule
+// forbids; the error names the first offending rune and its byte offset.
+func checkChars(field, v string, rule charRule) error {
+	if broken := badChar(v, rule); broken != "" {
+		return invalid(field, "%s", broken)
 	}
 	return nil
 }
 
-// badChar is the rule v breaks (checkChars), "" when none.
-func badChar(v string, forbid func(rune) bool) string {
+// badChar is the rule v breaks (checkChars), "" when none. Most strings
+// are printable ASCII, which breaks no rule, and most texts hold no NUL:
+// both are answered without decoding runes.
+func badChar(v string, rule charRule) string {
+	if printableASCII(v) {
+		return ""
+	}
+	if rule != noControl && strings.IndexByte(v, 0) < 0 && utf8.ValidString(v) {
+		return ""
+	}
 	for i, r := range v {
 		if r == utf8.RuneError {
 			if _, size := utf8.DecodeRuneInString(v[i:]); size == 1 {
 				return fmt.Sprintf("must be valid UTF-8, got byte 0x%02X at %d", v[i], i)
 			}
 		}
-		if forbid != nil && forbid(r) {
+		if rule.forbids(r) {
 			what := "control characters"
 			if r == 0 {
 				what = "NUL"
@@ -275,7 +311,7 @@ func checkAttachments(atts []Attachment) error {
 		if len(a.URL) > maxAttachURLBytes {
 			return invalid(field("url"), "must be at most %d bytes, got %d", maxAttachURLBytes, len(a.URL))
 		}
-		if err := checkChars(field("url"), a.URL, isControl); err != nil {
+		if err := checkChars(field("url"), a.URL, noControl); err != nil {
 			return err
 		}
 		if a.Data != "" {
@@ -286,13 +322,13 @@ func checkAttachments(atts []Attachment) error {
 		if len(a.MIME) > maxAttachMIMEBytes {
 			return invalid(field("mime"), "must be at most %d bytes, got %d", maxAttachMIMEBytes, len(a.MIME))
 		}
-		if err := checkChars(field("mime"), a.MIME, isControl); err != nil {
+		if err := checkChars(field("mime"), a.MIME, noControl); err != nil {
 			return err
 		}
 		if len(a.Name) > maxAttachNameBytes {
 			return invalid(field("name"), "must be at most %d bytes, got %d", maxAttachNameBytes, len(a.Name))
 		}
-		if err := checkChars(field("name"), a.Name, isNUL); err != nil {
+		if err := checkChars(field("name"), a.Name, noNUL); err != nil {
 			return err
 		}
 		if a.Size < 0 {
@@ -313,26 +349,26 @@ func checkMeta(meta map[string]string) error {
 	if total > MaxMetaBytes {
 		return invalid("meta", "keys and values must total at most %d bytes, got %d", MaxMetaBytes, total)
 	}
-	return checkMetaChars(meta, isNUL)
+	return checkMetaChars(meta, noNUL)
 }
 
 // checkMetaChars checks meta's keys and values with badChar; of several
 // offending entries it names the one with the smallest key, so the error
 // is the same every time.
-func checkMetaChars(meta map[string]string, forbid func(rune) bool) error {
-	var bad, rule string
+func checkMetaChars(meta map[string]string, rule charRule) error {
+	var bad, broken string
 	for k, v := range meta {
-		if rule != "" && k >= bad {
+		if broken != "" && k >= bad {
 			continue
 		}
-		if r := badChar(k, forbid); r != "" {
-			bad, rule = k, fmt.Sprintf("key %q %s", k, r)
-		} else if r := badChar(v, forbid); r != "" {
-			bad, rule = k, fmt.Sprintf("value of %q %s", k, r)
+		if r := badChar(k, rule); r != "" {
+			bad, broken = k, fmt.Sprintf("key %q %s", k, r)
+		} else if r := badChar(v, rule); r != "" {
+			bad, broken = k, fmt.Sprintf("value of %q %s", k, r)
 		}
 	}
-	if rule != "" {
-		return invalid("meta", "%s", rule)
+	if broken != "" {
+		return invalid("meta", "%s", broken)
 	}
 	return nil
 }
@@ -374,10 +410,10 @@ func (o *Outbound) Validate() error {
 	if o.Seq < 0 {
 		return invalid("seq", "must not be negative, got %d", o.Seq)
 	}
-	if err := checkChars("text", o.Text, nil); err != nil {
+	if err := checkChars("text", o.Text, anyChar); err != nil {
 		return err
 	}
-	if err := checkMetaChars(o.Meta, nil); err != nil {
+	if err := checkMetaChars(o.Meta, anyChar); err != nil {
 		return err
 	}
 	return checkAttachments(o.Attachments)
