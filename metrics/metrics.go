@@ -60,7 +60,7 @@ func New() *Metrics {
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.inbound = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_inbound_messages_total",
-		Help: "Inbound messages by channel and outcome (accepted, duplicate, rejected_invalid, rejected_too_large, rejected_rate_limited, denied)."}, []string{"channel", "outcome"})
+		Help: "Inbound messages by channel and outcome (accepted, duplicate, rejected_invalid, rejected_too_large, rejected_rate_limited, denied, dead_lettered)."}, []string{"channel", "outcome"})
 	m.outbound = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_outbound_messages_total",
 		Help: "Final outbound messages published by the runtime, by channel and kind."}, []string{"channel", "kind"})
 	m.turns = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchboard_turns_total",
