@@ -191,6 +191,22 @@ func (c *Collector) Outbounds() []bus.Outbound {
 	return out
 }
 
+// DLQRecords decodes the received messages as dead-letter records; one
+// that does not decode fails the test (a collector of a dead-letter
+// subject receives nothing else).
+func (c *Collector) DLQRecords(t testing.TB) []bus.DLQRecord {
+	t.Helper()
+	var recs []bus.DLQRecord
+	for _, m := range c.All() {
+		var r bus.DLQRecord
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			t.Fatalf("dead letter %q: %v", m.Data, err)
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
+
 // WaitOutbound returns the first received outbound envelope for which pred
 // is true, waiting up to timeout; messages that do not decode as an
 // outbound envelope never match. At the deadline it fails the test.

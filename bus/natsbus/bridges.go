@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/logging"
 )
 
 // Settings of the bridges' durable consumers on the out stream.
@@ -27,9 +28,6 @@ const (
 	// (the server's default, set so that the consumer the server reports
 	// is exactly the daemon's).
 	BridgeMaxWaiting = 512
-	// rateLimitLogEvery bounds how often a channel's rate limiting is
-	// logged.
-	rateLimitLogEvery = 10 * time.Second
 )
 
 // BridgeConsumerConfig returns the durable consumer the daemon creates on
@@ -96,7 +94,7 @@ type channelLimit struct {
 	// never produces more answers than the channel may send messages.
 	answers *rate.Limiter
 
-	drops logThrottle // rate-limited messages not logged yet
+	drops logging.Throttle // rate-limited messages not logged yet
 }
 
 // newLimits builds one token bucket per bridge channel: rate
@@ -179,9 +177,9 @@ func (b *Bus) rateLimited(m jetstream.Msg) bool {
 }
 
 // noteDropped counts a rate-limited message and logs at most once per
-// rateLimitLogEvery per channel.
+// logging.DefaultThrottleEvery per channel.
 func (cl *channelLimit) noteDropped(log *slog.Logger) {
-	if n, ok := cl.drops.note(time.Now(), 1); ok {
+	if n, ok := cl.drops.Note(time.Now(), 1); ok {
 		log.Warn("inbound rate limit exceeded: messages dead-lettered", "channel", cl.channel, "bridge", cl.bridge,
 			"max_msgs_per_sec", cl.rate, "dropped", n)
 	}

@@ -226,7 +226,7 @@ func TestInvalidMessagesSpendNoRateBudget(t *testing.T) {
 		}
 	}
 	dlq.WaitFor(t, wait, func(*nats.Msg) bool { return len(dlq.All()) >= len(invalid) })
-	for i, r := range dlqRecords(t, dlq) {
+	for i, r := range dlq.DLQRecords(t) {
 		if r.Subject != invalid[i].subject || r.Payload != invalid[i].data || !strings.HasPrefix(r.Reason, "bus:") {
 			t.Errorf("DLQ record %d = %+v", i, r)
 		}
@@ -254,7 +254,7 @@ func TestInvalidMessagesSpendNoRateBudget(t *testing.T) {
 		t.Fatalf("second valid message = %v, want a 429 API error", err)
 	}
 	dlq.WaitFor(t, wait, func(*nats.Msg) bool { return len(dlq.All()) > len(invalid) })
-	if r := dlqRecords(t, dlq)[len(invalid)]; r.Reason != natsbus.RateLimitReason("wechat") || r.Subject != "chat.in.wechat.c" {
+	if r := dlq.DLQRecords(t)[len(invalid)]; r.Reason != natsbus.RateLimitReason("wechat") || r.Subject != "chat.in.wechat.c" {
 		t.Errorf("rate-limit dead letter = %+v", r)
 	}
 	// A core publish (no reply) is judged the same, without an answer.

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/internal/logging"
 )
 
 // ingressQueue is the queue group of the ingress subscriptions, so that
@@ -75,7 +76,7 @@ type ingress struct {
 	// throttles the log lines of each bridge's dropped messages. Both are
 	// set by start and read-only after.
 	bridgeOf map[*nats.Subscription]string
-	drops    map[string]*logThrottle
+	drops    map[string]*logging.Throttle
 }
 
 // serviceReplyPrefix starts the reply subjects the server substitutes for a
@@ -100,9 +101,9 @@ func (g *ingress) start(bridges map[string]BridgeConfig) error {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	g.bridgeOf, g.drops = map[*nats.Subscription]string{}, map[string]*logThrottle{}
+	g.bridgeOf, g.drops = map[*nats.Subscription]string{}, map[string]*logging.Throttle{}
 	for _, name := range names {
-		g.drops[name] = &logThrottle{}
+		g.drops[name] = &logging.Throttle{}
 		for _, s := range []struct {
 			subject string
 			handler nats.MsgHandler
@@ -130,7 +131,7 @@ func (g *ingress) start(bridges map[string]BridgeConfig) error {
 // asyncError is the ingress connection's error handler: a bridge
 // subscription over its pending limits has dropped messages of that
 // bridge, which are counted and logged at most every
-// [rateLimitLogEvery] per bridge.
+// [logging.DefaultThrottleEvery] per bridge.
 func (g *ingress) asyncError(_ *nats.Conn, sub *nats.Subscription, err error) {
 	bridge, ok := g.bridgeOf[sub]
 	if !ok || !errors.Is(err, nats.ErrSlowConsumer) {
@@ -142,7 +143,7 @@ func (g *ingress) asyncError(_ *nats.Conn, sub *nats.Subscription, err error) {
 	g.noteDropped(bridge)
 }
 
-// noteDropped logs, at most every [rateLimitLogEvery] per bridge, that
+// noteDropped logs, at most every [logging.DefaultThrottleEvery] per bridge, that
 // bridge's flood is being dropped, with how many of its messages the
 // ingress has dropped since it started.
 func (g *ingress) noteDropped(bridge string) {
@@ -153,7 +154,7 @@ func (g *ingress) noteDropped(bridge string) {
 			total += n
 		}
 	}
-	if _, ok := g.drops[bridge].note(time.Now(), 1); ok {
+	if _, ok := g.drops[bridge].Note(time.Now(), 1); ok {
 		g.log.Warn("ingress: a bridge sends faster than the daemon takes its messages; the excess is dropped", "bridge", bridge,
 			"dropped_total", total, "pending_limit_msgs", ingressPendingMsgs, "pending_limit_bytes", g.pendingBytes)
 	}

@@ -3,11 +3,13 @@ package natsbus
 import (
 	"log/slog"
 	"net"
-	"net/netip"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/switchboard-chat/switchboard/internal/clientaddr"
+	"github.com/switchboard-chat/switchboard/internal/logging"
 )
 
 // Failed logins to the embedded listener, per remote address (an IPv4
@@ -29,7 +31,7 @@ const (
 
 // loginGuard throttles the failed logins of each remote address and logs
 // them, without what the client sent (a token typed as a user name would
-// land in the log), at Warn, at most every [rateLimitLogEvery]. A
+// land in the log), at Warn, at most every [logging.DefaultThrottleEvery]. A
 // successful login does not reset the count, so a bridge's valid
 // credential cannot be used to keep guessing others. Connections without
 // a remote address (the daemon's in-process ones) are never throttled.
@@ -38,32 +40,17 @@ type loginGuard struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
-	peers   map[netip.Prefix]*rate.Limiter
-	refused logThrottle
+	peers   map[string]*rate.Limiter
+	refused logging.Throttle
 }
 
 func newLoginGuard(log *slog.Logger) *loginGuard {
-	return &loginGuard{log: log, peers: map[netip.Prefix]*rate.Limiter{}}
+	return &loginGuard{log: log, peers: map[string]*rate.Limiter{}}
 }
 
-// peerKey returns the throttled unit of a remote address; ok is false for
-// an in-process connection.
-func peerKey(addr net.Addr) (netip.Prefix, bool) {
-	if addr == nil {
-		return netip.Prefix{}, false
-	}
-	ap, err := netip.ParseAddrPort(addr.String())
-	if err != nil {
-		return netip.Prefix{}, false
-	}
-	ip := ap.Addr().Unmap().WithZone("")
-	bits := 32
-	if ip.Is6() {
-		bits = 64
-	}
-	p, _ := ip.Prefix(bits)
-	return p, true
-}
+// peerKey returns the throttled unit of a remote address
+// (clientaddr.Key); ok is false for an in-process connection.
+func peerKey(addr net.Addr) (string, bool) { return clientaddr.OfConn(addr) }
 
 // allow reports whether a login from addr may be checked at all.
 func (g *loginGuard) allow(addr net.Addr, now time.Time) bool {
@@ -92,7 +79,7 @@ func (g *loginGuard) failed(addr net.Addr, kind string, throttled bool, now time
 		lim.AllowN(now, 1)
 		g.mu.Unlock()
 	}
-	if n, ok := g.refused.note(now, 1); ok {
+	if n, ok := g.refused.Note(now, 1); ok {
 		g.log.Warn("nats login refused", "remote", remoteAddr(addr), "credential", kind, "throttled", throttled,
 			"refused_since_last_line", n)
 	}

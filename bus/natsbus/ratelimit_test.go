@@ -17,20 +17,6 @@ import (
 	"github.com/switchboard-chat/switchboard/bus/natsbus"
 )
 
-// dlqRecords decodes the dead letters a collector received.
-func dlqRecords(t *testing.T, col *bustest.Collector) []bus.DLQRecord {
-	t.Helper()
-	var recs []bus.DLQRecord
-	for _, m := range col.All() {
-		var r bus.DLQRecord
-		if err := json.Unmarshal(m.Data, &r); err != nil {
-			t.Fatalf("DLQ record %s: %v", m.Data, err)
-		}
-		recs = append(recs, r)
-	}
-	return recs
-}
-
 func TestRateLimitDeadLettersExcess(t *testing.T) {
 	cfg := isolatedConfig()
 	// One message per 100 s: the bucket holds 1, so of a quick burst exactly
@@ -66,7 +52,7 @@ func TestRateLimitDeadLettersExcess(t *testing.T) {
 		t.Fatalf("handler got %v, want w0 and every console message", got)
 	}
 	dlq.WaitFor(t, wait, func(*nats.Msg) bool { return len(dlq.All()) >= 4 })
-	for i, r := range dlqRecords(t, dlq) {
+	for i, r := range dlq.DLQRecords(t) {
 		var in bus.Inbound
 		if r.Reason != "rate limit exceeded for channel wechat" || r.Subject != "chat.in.wechat.c" ||
 			json.Unmarshal([]byte(r.Payload), &in) != nil || in.ID != fmt.Sprint("w", i+1) {
@@ -118,7 +104,7 @@ func TestExternalRateLimitAfterValidation(t *testing.T) {
 	doubleAck(t, d)
 	publishInbound(t, b, bus.Inbound{V: 1, ID: "m2", Channel: "wechat", ChatID: "c", UserID: "u", Text: "hi"})
 	dlq.WaitFor(t, wait, func(m *nats.Msg) bool { return strings.Contains(string(m.Data), natsbus.RateLimitReason("wechat")) })
-	if recs := dlqRecords(t, dlq); len(recs) != 3 || recs[2].Reason != natsbus.RateLimitReason("wechat") {
+	if recs := dlq.DLQRecords(t); len(recs) != 3 || recs[2].Reason != natsbus.RateLimitReason("wechat") {
 		t.Fatalf("DLQ = %+v", recs)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/switchboard-chat/switchboard/internal/clientaddr"
 )
 
 // Login rate limits. An address gets a burst of 10 attempts, then one
@@ -109,9 +111,5 @@ func clientAddr(r *http.Request) string {
 			}
 		}
 	}
-	if ip.Is6() {
-		p, _ := ip.Prefix(64)
-		return p.String()
-	}
-	return ip.String()
+	return clientaddr.Key(ip)
 }

@@ -58,20 +58,6 @@ func poisons(ch string) []poison {
 	}
 }
 
-// deadLetters decodes the dead-letter records a collector received.
-func deadLetters(t *testing.T, c *bustest.Collector) []bus.DLQRecord {
-	t.Helper()
-	var out []bus.DLQRecord
-	for _, m := range c.All() {
-		var r bus.DLQRecord
-		if err := json.Unmarshal(m.Data, &r); err != nil {
-			t.Fatalf("dead letter %q: %v", m.Data, err)
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
 // refusalID is the id of the error final answering data refused on
 // subject (bus.RefusalFinal: derived from the subject and the message).
 func refusalID(t *testing.T, subj bus.Subjects, subject string, data []byte) string {
@@ -175,7 +161,7 @@ func TestAttackPoisonIDsFromBridge(t *testing.T) {
 		checkRefused(t, subj, p, subject, dlq, outs)
 		lineTurn(fmt.Sprint("l", i)) // another channel, during the attack
 	}
-	if n := len(deadLetters(t, dlq)); n != len(poisons("wechat")) {
+	if n := len(dlq.DLQRecords(t)); n != len(poisons("wechat")) {
 		t.Errorf("%d dead letters, want one per poison", n)
 	}
 

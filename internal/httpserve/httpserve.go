@@ -39,6 +39,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/switchboard-chat/switchboard/internal/logging"
 )
 
 // Defaults and bounds of [Config].
@@ -186,7 +188,7 @@ func (s *Servers) counts(name string) *counts {
 	defer s.mu.Unlock()
 	c := s.byName[name]
 	if c == nil {
-		c = &counts{name: name, perIP: map[string]int{}}
+		c = &counts{name: name, perIP: map[string]int{}, refusals: logging.Throttle{Every: refuseLogEvery}}
 		s.byName[name] = c
 	}
 	return c

@@ -8,6 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/switchboard-chat/switchboard/internal/clientaddr"
+	"github.com/switchboard-chat/switchboard/internal/logging"
 )
 
 // Refusals: the body a refused connection gets, and how long writing it
@@ -25,12 +28,13 @@ const (
 type counts struct {
 	name string
 
-	mu       sync.Mutex
-	open     int
-	perIP    map[string]int // client key → open connections; absent: none
-	lastWarn time.Time
+	mu    sync.Mutex
+	open  int
+	perIP map[string]int // client key → open connections; absent: none
 
 	refusedFull, refusedPerIP atomic.Uint64
+	// refusals bounds the log lines about refused connections.
+	refusals logging.Throttle
 }
 
 func (c *counts) stat() Stat {
@@ -73,18 +77,6 @@ func (c *counts) busy(maxConns int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.open*4 >= maxConns*3
-}
-
-// warnRefused reports whether a refusal is to be logged now (at most one
-// line per refuseLogEvery).
-func (c *counts) warnRefused(now time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if now.Sub(c.lastWarn) < refuseLogEvery {
-		return false
-	}
-	c.lastWarn = now
-	return true
 }
 
 // Listen opens a TCP listener on addr, named name in the counters and
@@ -133,24 +125,20 @@ func (l *listener) refuse(nc net.Conn, body string) {
 	_, _ = fmt.Fprintf(nc, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"+
 		"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	_ = nc.Close()
-	if l.c.warnRefused(time.Now()) {
+	if _, ok := l.c.refusals.Note(time.Now(), 1); ok {
 		st := l.c.stat()
 		l.log.Warn("HTTP connections refused: the listener or one client address holds too many (http.max_conns, http.max_conns_per_ip)",
 			"listener", l.c.name, "open", st.Open, "refused_full", st.RefusedFull, "refused_per_ip", st.RefusedPerIP, "last_from", nc.RemoteAddr().String())
 	}
 }
 
-// clientKey is what MaxConnsPerIP counts by: the IPv4 address, or the /64
-// of an IPv6 address (one client usually has a whole /64).
+// clientKey is what MaxConnsPerIP counts by (clientaddr.Key); a
+// connection without an IP address counts by its address as given.
 func clientKey(a net.Addr) string {
-	ta, ok := a.(*net.TCPAddr)
-	if !ok {
-		return a.String()
+	if key, ok := clientaddr.OfConn(a); ok {
+		return key
 	}
-	if v4 := ta.IP.To4(); v4 != nil {
-		return v4.String()
-	}
-	return ta.IP.Mask(net.CIDRMask(64, 128)).String() + "/64"
+	return a.String()
 }
 
 // conn is an admitted connection; closing it gives its place back.
