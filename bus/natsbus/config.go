@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/switchboard-chat/switchboard/bus"
+	"github.com/switchboard-chat/switchboard/config"
 )
 
 // Config configures the bus (YAML section "bus").
@@ -116,9 +117,8 @@ const (
 
 // MinSecretLength is the shortest bus.admin token or password, or bridge
 // token or password, accepted when bus.listen is not a loopback address
-// (shorter ones are a warning on loopback): generated secrets are far
-// longer (openssl rand -hex 32 gives 64 characters).
-const MinSecretLength = 16
+// (shorter ones are a warning on loopback): config.MinSecretLength.
+const MinSecretLength = config.MinSecretLength
 
 // MaxReplicas bounds bus.replicas (JetStream's own limit).
 const MaxReplicas = 5

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/switchboard-chat/switchboard/config"
 )
 
 // Defaults and bounds of the settings.
@@ -22,7 +24,7 @@ const (
 	maxBodyBytesCap   = 64 << 20
 	maxRequestTimeout = 24 * time.Hour
 	maxRateLimit      = 100_000
-	minKeyBytes       = 16
+	minKeyBytes       = config.MinSecretLength
 	maxKeyBytes       = 512
 )
 

@@ -11,6 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/switchboard-chat/switchboard/channels"
+	"github.com/switchboard-chat/switchboard/config"
 )
 
 // Modes (Config.Mode).
@@ -42,8 +43,8 @@ const DefaultAPIURL = "https://slack.com/api/"
 const EventsPath = "/slack/events"
 
 // MinSecretLen is the shortest signing secret accepted: the secret is all
-// that tells Slack's requests from anyone else's.
-const MinSecretLen = 16
+// that tells Slack's requests from anyone else's (config.MinSecretLength).
+const MinSecretLen = config.MinSecretLength
 
 // Config configures the Slack adapter (YAML section channels.slack). The
 // zero value of Mode, APIURL and GroupTrigger means their default, so a

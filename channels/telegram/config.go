@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/switchboard-chat/switchboard/channels"
+	"github.com/switchboard-chat/switchboard/config"
 )
 
 // Group triggers (Config.GroupTrigger): which group messages reach the agent.
@@ -43,8 +44,9 @@ const (
 const DefaultAPIEndpoint = tgbotapi.APIEndpoint
 
 // MinSecretLen is the shortest webhook_secret accepted: the secret is
-// all that tells Telegram's webhook calls from anyone else's.
-const MinSecretLen = 16
+// all that tells Telegram's webhook calls from anyone else's
+// (config.MinSecretLength).
+const MinSecretLen = config.MinSecretLength
 
 // Defaults and bounds of the size and time settings.
 const (
